@@ -1,0 +1,94 @@
+"""A policy compiled to NumPy arrays, so that scoring is a handful of vector operations.
+
+Compiling happens once per policy load, never per request. Arrays are aligned with
+``pool_ids``; each model's candidate pools are an index array into them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from router.policy import Policy, SLOClass
+from router.types import FloatArray, IntArray
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledPolicy:
+    """Static per-pool arrays of one policy. Immutable; share it freely between tasks."""
+
+    policy: Policy
+    pool_ids: tuple[str, ...]
+    index: Mapping[str, int]
+    providers: tuple[str, ...]
+    regions: tuple[str, ...]
+    gpus: FloatArray
+    goodput_tps: FloatArray
+    prefill_tps: FloatArray
+    concurrency: FloatArray
+    tpot_ms: FloatArray
+    initial_replicas: FloatArray
+    # Policy price override in USD per GPU-hour; NaN where the live table decides.
+    override_usd_per_gpu_hour: FloatArray
+    by_model: Mapping[str, IntArray]
+    # Client region -> RTT in ms to every pool; +inf where the region may not use it.
+    rtt_ms: Mapping[str, FloatArray]
+    slo: Mapping[str, SLOClass]
+
+    @property
+    def size(self) -> int:
+        """Number of pools."""
+        return len(self.pool_ids)
+
+
+def compile_policy(policy: Policy) -> CompiledPolicy:
+    """Turn a validated policy into arrays. Pure and deterministic."""
+    pools = policy.pools
+    ids = tuple(p.id for p in pools)
+
+    def arr(values: list[float]) -> FloatArray:
+        out = np.asarray(values, dtype=np.float64)
+        out.setflags(write=False)
+        return out
+
+    by_model: dict[str, IntArray] = {}
+    for name in policy.models:
+        members = np.asarray([i for i, p in enumerate(pools) if p.model == name], dtype=np.intp)
+        members.setflags(write=False)
+        by_model[name] = members
+    rtt: dict[str, FloatArray] = {}
+    for name, region in policy.client_regions.items():
+        rtt[name] = arr([region.rtt_ms.get(p.location, np.inf) for p in pools])
+    nan = float("nan")
+    return CompiledPolicy(
+        policy=policy,
+        pool_ids=ids,
+        index={pid: i for i, pid in enumerate(ids)},
+        providers=tuple(p.provider for p in pools),
+        regions=tuple(p.location for p in pools),
+        gpus=arr([p.gpus_per_replica for p in pools]),
+        goodput_tps=arr([p.goodput.tokens_per_s for p in pools]),
+        prefill_tps=arr([p.goodput.prefill_tokens_per_s for p in pools]),
+        concurrency=arr([p.goodput.max_concurrency for p in pools]),
+        tpot_ms=arr([p.goodput.tpot_ms for p in pools]),
+        initial_replicas=arr([p.replicas.initial for p in pools]),
+        override_usd_per_gpu_hour=arr(
+            [
+                p.price.usd_per_gpu_hour if p.price.usd_per_gpu_hour is not None else nan
+                for p in pools
+            ]
+        ),
+        by_model=by_model,
+        rtt_ms=rtt,
+        slo=dict(policy.slo_classes),
+    )
+
+
+def usd_per_token(
+    price_usd_per_gpu_hour: FloatArray, gpus: FloatArray, goodput_tps: FloatArray
+) -> FloatArray:
+    """USD per output token = GPU-hour price × GPUs ÷ (goodput tokens/s × 3600)."""
+    result: FloatArray = price_usd_per_gpu_hour * gpus / (goodput_tps * 3600.0)
+    return result

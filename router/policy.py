@@ -1,0 +1,203 @@
+"""The routing policy: what platform teams write in YAML, validated with pydantic.
+
+A policy declares models, pools, SLO classes and which pool regions may serve which
+client regions (with their round-trip times). It is immutable once loaded; the gateway
+swaps a whole new one in atomically. Regions are written ``provider:region``
+(``aws:us-east-1``), the same spelling as the measured RTT table they come from.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+
+Provider = Literal["aws", "gcp", "azure", "local"]
+Purchase = Literal["on_demand", "spot"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SLOClass(_Strict):
+    """Latency targets: time to first token and time per output token, in ms."""
+
+    ttft_ms: float = Field(gt=0)
+    tpot_ms: float = Field(gt=0)
+
+
+class ModelSpec(_Strict):
+    """A model clients may ask for by name."""
+
+    kind: Literal["chat", "embedding"] = "chat"
+    default_slo: str
+    # Used to price a request that sets no max_tokens (tokens).
+    expected_output_tokens: int = Field(default=256, ge=0)
+    # Upper bound a request's max_tokens may ask for (tokens).
+    max_output_tokens: int = Field(default=8192, gt=0)
+
+
+class PriceSpec(_Strict):
+    """Where a pool's price comes from.
+
+    ``usd_per_gpu_hour`` is an override that always wins over the live price table;
+    without it the price comes from the table entry written by the ``source`` feed for
+    (``instance_type``, ``purchase``).
+    """
+
+    source: Literal["aws", "gcp", "azure", "static", "policy"] = "policy"
+    instance_type: str = ""
+    purchase: Purchase = "on_demand"
+    usd_per_gpu_hour: float | None = Field(default=None, gt=0, lt=1000)
+
+    @model_validator(mode="after")
+    def _override_or_feed(self) -> PriceSpec:
+        if self.source == "policy" and self.usd_per_gpu_hour is None:
+            raise ValueError("source 'policy' needs usd_per_gpu_hour")
+        if self.source != "policy" and not self.instance_type:
+            raise ValueError(f"source {self.source!r} needs instance_type")
+        return self
+
+
+class GoodputProfile(_Strict):
+    """What one replica sustains while meeting the SLO.
+
+    ``tokens_per_s``: output tokens/s per replica at the SLO (prices a token).
+    ``prefill_tokens_per_s``: prompt tokens/s one replica prefills (predicts TTFT).
+    ``max_concurrency``: sequences one replica runs at once before requests queue.
+    ``tpot_ms``: time per output token at nominal load.
+    """
+
+    tokens_per_s: float = Field(gt=0)
+    prefill_tokens_per_s: float = Field(gt=0)
+    max_concurrency: int = Field(gt=0)
+    tpot_ms: float = Field(gt=0)
+
+
+class ReplicaBounds(_Strict):
+    """Replica count bounds, and the count assumed before the live table says otherwise."""
+
+    min: int = Field(default=0, ge=0)
+    max: int = Field(default=16, ge=1)
+    initial: int = Field(default=1, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReplicaBounds:
+        if not self.min <= self.initial <= self.max:
+            raise ValueError(
+                f"need min <= initial <= max, got {self.min}/{self.initial}/{self.max}"
+            )
+        return self
+
+
+class PoolSpec(_Strict):
+    """One group of identical GPU replicas for one model in one provider and region."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:\-]+$")
+    provider: Provider
+    region: str = Field(min_length=1)
+    model: str
+    upstream_model: str
+    gpu_type: str
+    gpus_per_replica: int = Field(gt=0)
+    endpoints: list[HttpUrl] = Field(min_length=1)
+    price: PriceSpec
+    goodput: GoodputProfile
+    replicas: ReplicaBounds = ReplicaBounds()
+
+    @property
+    def location(self) -> str:
+        """``provider:region``, the key into the RTT table."""
+        return f"{self.provider}:{self.region}"
+
+
+class ClientRegion(_Strict):
+    """A region clients call from: pool locations allowed to serve it, with RTT in ms."""
+
+    rtt_ms: dict[str, float] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> ClientRegion:
+        bad = [k for k, v in self.rtt_ms.items() if not v >= 0]
+        if bad:
+            raise ValueError(f"rtt_ms must be >= 0 for {bad}")
+        return self
+
+
+class OutlierSettings(_Strict):
+    """Passive ejection: after ``consecutive_failures`` a pool is ejected for a backoff."""
+
+    consecutive_failures: int = Field(default=3, ge=1)
+    base_ejection_s: float = Field(default=5.0, gt=0)
+    max_ejection_s: float = Field(default=120.0, gt=0)
+
+
+class RoutingSettings(_Strict):
+    """How the router breaks ties and what happens when nothing meets the SLO."""
+
+    fallback: Literal["fastest", "reject"] = "fastest"
+    # Pools whose cost is within this fraction of the cheapest feasible one tie;
+    # the lighter-loaded of them wins.
+    near_tie: float = Field(default=0.02, ge=0, lt=1)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    connect_timeout_ms: float = Field(default=1000, gt=0)
+    first_byte_timeout_ms: float = Field(default=60000, gt=0)
+    idle_timeout_ms: float = Field(default=30000, gt=0)
+    default_client_region: str
+    outlier: OutlierSettings = OutlierSettings()
+
+
+class Policy(_Strict):
+    """A whole routing policy. Cross-references are checked on load."""
+
+    version: Literal[1] = 1
+    slo_classes: dict[str, SLOClass] = Field(min_length=1)
+    models: dict[str, ModelSpec] = Field(min_length=1)
+    pools: list[PoolSpec] = Field(min_length=1)
+    client_regions: dict[str, ClientRegion] = Field(min_length=1)
+    routing: RoutingSettings
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Policy:
+        problems: list[str] = []
+        for name, model in self.models.items():
+            if model.default_slo not in self.slo_classes:
+                problems.append(
+                    f"models.{name}.default_slo: unknown SLO class {model.default_slo!r}"
+                )
+        seen: set[str] = set()
+        for i, pool in enumerate(self.pools):
+            if pool.id in seen:
+                problems.append(f"pools[{i}].id: duplicate pool id {pool.id!r}")
+            seen.add(pool.id)
+            if pool.model not in self.models:
+                problems.append(f"pools[{i}].model: unknown model {pool.model!r}")
+        if self.routing.default_client_region not in self.client_regions:
+            problems.append(
+                "routing.default_client_region: unknown client region "
+                f"{self.routing.default_client_region!r}"
+            )
+        served = {name: False for name in self.models}
+        for name, region in self.client_regions.items():
+            for pool in self.pools:
+                if pool.location in region.rtt_ms:
+                    served[pool.model] = True
+            unknown = set(region.rtt_ms) - {p.location for p in self.pools}
+            if unknown:
+                problems.append(f"client_regions.{name}.rtt_ms: no pool in {sorted(unknown)}")
+        problems += [
+            f"models.{m}: no pool serves it from any client region"
+            for m, ok in served.items()
+            if not ok
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def pool(self, pool_id: str) -> PoolSpec:
+        """The pool with this id. Raises KeyError if there is none."""
+        for pool in self.pools:
+            if pool.id == pool_id:
+                return pool
+        raise KeyError(pool_id)

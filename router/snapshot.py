@@ -1,0 +1,115 @@
+"""A point-in-time copy of the live tables, as arrays aligned with a compiled policy.
+
+The gateway routes from a Snapshot and never waits on Redis to choose a pool. A
+Snapshot is immutable; the refresher replaces it whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from router.compiled import CompiledPolicy
+from router.types import BoolArray, FloatArray
+
+
+class PoolState(StrEnum):
+    """Health state of a pool, shared by every gateway replica."""
+
+    HEALTHY = "healthy"
+    EJECTED = "ejected"
+    PROBING = "probing"
+    DRAINING = "draining"
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One pool's live values as read from Redis. NaN or None means 'not known yet'."""
+
+    ttft_ewma_ms: float = float("nan")
+    tpot_ewma_ms: float = float("nan")
+    ttft_p50_ms: float = float("nan")
+    ttft_p99_ms: float = float("nan")
+    tpot_p50_ms: float = float("nan")
+    tpot_p99_ms: float = float("nan")
+    samples: int = 0
+    errors: int = 0
+    inflight: float = 0.0
+    ready_replicas: float = float("nan")
+    target_replicas: float = float("nan")
+    state: PoolState = PoolState.HEALTHY
+    # Fraction of normal traffic a readmitted pool may take, 0..1.
+    weight: float = 1.0
+    # Unix seconds an ejection lasts; past it the pool is probed again.
+    health_until_s: float = 0.0
+    usd_per_gpu_hour: float = float("nan")
+    price_source: str = ""
+    price_fetched_at_s: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """Live arrays aligned with ``pool_ids`` of the policy they were built for.
+
+    ``inflight`` is the sum over every live gateway replica's share (requests).
+    ``ready`` is ready replicas (the policy's initial count where unknown).
+    ``available`` is False for pools that are draining, or ejected until a time after
+    ``taken_at_s``.
+    ``usd_per_gpu_hour`` is the effective price: policy override, else live table, else NaN.
+    """
+
+    pool_ids: tuple[str, ...]
+    ttft_ms: FloatArray
+    tpot_ms: FloatArray
+    inflight: FloatArray
+    ready: FloatArray
+    available: BoolArray
+    weight: FloatArray
+    usd_per_gpu_hour: FloatArray
+    taken_at_s: float
+    rows: Mapping[str, PoolRow] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, policy: CompiledPolicy, rows: Mapping[str, PoolRow], taken_at_s: float
+    ) -> Snapshot:
+        """Align ``rows`` (pool id -> row; missing pools get defaults) with ``policy``."""
+        default = PoolRow()
+        ordered = [rows.get(pid, default) for pid in policy.pool_ids]
+
+        def col(values: list[float]) -> FloatArray:
+            return np.asarray(values, dtype=np.float64)
+
+        ready = col([r.ready_replicas for r in ordered])
+        ready = np.where(np.isnan(ready), policy.initial_replicas, ready)
+        live_price = col([r.usd_per_gpu_hour for r in ordered])
+        price = np.where(
+            np.isnan(policy.override_usd_per_gpu_hour), live_price, policy.override_usd_per_gpu_hour
+        )
+
+        def blocked(r: PoolRow) -> bool:
+            if r.state is PoolState.DRAINING:
+                return True
+            # An ejection whose writer died must not last forever: it ends at until_s.
+            return r.state is PoolState.EJECTED and r.health_until_s > taken_at_s
+
+        return cls(
+            pool_ids=policy.pool_ids,
+            ttft_ms=col([r.ttft_ewma_ms for r in ordered]),
+            tpot_ms=col([r.tpot_ewma_ms for r in ordered]),
+            inflight=col([r.inflight for r in ordered]),
+            ready=ready,
+            available=np.asarray([not blocked(r) for r in ordered], dtype=np.bool_),
+            weight=col([r.weight for r in ordered]),
+            usd_per_gpu_hour=price,
+            taken_at_s=taken_at_s,
+            rows={pid: r for pid, r in zip(policy.pool_ids, ordered, strict=True)},
+        )
+
+    @classmethod
+    def empty(cls, policy: CompiledPolicy) -> Snapshot:
+        """The snapshot to route from before Redis has answered once: policy defaults."""
+        return cls.build(policy, {}, taken_at_s=0.0)
