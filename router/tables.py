@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from router.errors import TableError
@@ -62,12 +63,12 @@ _INFLIGHT_LUA = """
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf')
 local sums = {}
 for _, r in ipairs(live) do
-  if r == ARGV[3] then goto continue end
-  local kv = redis.call('HGETALL', ARGV[2] .. r)
-  for i = 1, #kv, 2 do
-    sums[kv[i]] = (sums[kv[i]] or 0) + tonumber(kv[i + 1])
+  if r ~= ARGV[3] then
+    local kv = redis.call('HGETALL', ARGV[2] .. r)
+    for i = 1, #kv, 2 do
+      sums[kv[i]] = (sums[kv[i]] or 0) + tonumber(kv[i + 1])
+    end
   end
-  ::continue::
 end
 local out = {}
 for k, v in pairs(sums) do
@@ -214,7 +215,7 @@ class LiveTables:
         if health:
             pipe.publish(self.events_channel, "health")
         try:
-            await pipe.execute()
+            await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"flush failed: {exc}") from exc
 
@@ -224,13 +225,13 @@ class LiveTables:
             pipe = self.redis.pipeline(transaction=False)
             pipe.delete(self._inflight_key(replica_id))
             pipe.zrem(self._replicas, replica_id)
-            await pipe.execute()
+            await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"release failed: {exc}") from exc
 
     # -- the snapshot read -----------------------------------------------------------------
     async def read(
-        self, pool_ids: Iterable[str], now_ms: int, replica_ttl_ms: int
+        self, pool_ids: Iterable[str], now_ms: int, replica_ttl_ms: int, exclude_replica: str = ""
     ) -> dict[str, PoolRow]:
         """Read every table for ``pool_ids`` in one pipelined round-trip.
 
@@ -242,7 +243,7 @@ class LiveTables:
         pipe = self.redis.pipeline(transaction=False)
         await self._inflight(
             keys=[self._replicas],
-            args=[now_ms - replica_ttl_ms, f"{self.prefix}:inflight:"],
+            args=[now_ms - replica_ttl_ms, f"{self.prefix}:inflight:", exclude_replica],
             client=pipe,
         )
         for pid in ids:
@@ -253,7 +254,7 @@ class LiveTables:
             pipe.hgetall(self._pool(pid, "health"))
             pipe.hgetall(self._price(pid))
         try:
-            results = await pipe.execute()
+            results = await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"snapshot read failed: {exc}") from exc
         flat = [_s(x) for x in results[0]]
@@ -336,7 +337,7 @@ class LiveTables:
             fields: dict[Any, Any] = dict(mapping)
             pipe.hset(key, mapping=fields)
             pipe.publish(self.events_channel, key)
-            await pipe.execute()
+            await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"write {key} failed: {exc}") from exc
 
@@ -349,6 +350,14 @@ class LiveTables:
             )
         except RedisError as exc:
             raise TableError(f"clear failed: {exc}") from exc
+
+
+async def _execute(pipe: Pipeline) -> list[Any]:
+    # Reset in every case, so a failed pipeline gives its connection back to the pool.
+    try:
+        return await pipe.execute()
+    finally:
+        await pipe.reset()  # type: ignore[no-untyped-call]
 
 
 def _s(value: bytes | str) -> str:

@@ -1,0 +1,74 @@
+"""The gateway ASGI application: wiring of state, background loops and routes.
+
+``create_app(settings)`` builds everything from one settings object; nothing is global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from adapters.upstream import UpstreamClient
+from gateway import http_errors
+from gateway.context import build_gateway
+from gateway.proxy import Forwarder
+from gateway.routes_admin import admin_router
+from gateway.routes_openai import openai_router
+from gateway.routes_ops import ops_router
+from gateway.settings import GatewaySettings
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(settings: GatewaySettings) -> FastAPI:
+    """The ASGI app for ``settings``. Background loops run for the app's lifespan."""
+    gw = build_gateway(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        upstream = UpstreamClient()
+        gw.forwarder = Forwarder(gw.state, upstream, gw.metrics)
+        with contextlib.suppress(Exception):
+            await gw.sync.refresh_once()
+            gw.state.redis_ok = True
+        tasks = [
+            asyncio.create_task(gw.sync.refresh(), name="snapshot-refresh"),
+            asyncio.create_task(gw.sync.flush(), name="table-flush"),
+            asyncio.create_task(gw.sync.listen(gw.tables.redis), name="table-events"),
+            asyncio.create_task(gw.policies.watch(settings.policy_poll_s), name="policy-watch"),
+        ]
+        logger.info(
+            "gateway replica %s up: %d pools, policy %s",
+            settings.replica_id,
+            gw.state.policy.size,
+            settings.policy,
+        )
+        try:
+            yield
+        finally:
+            gw.draining = True
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await gw.sync.release()
+            await upstream.close()
+            await gw.tables.redis.aclose()
+
+    app = FastAPI(
+        title="skyroute",
+        version="0.1.0",
+        summary="OpenAI-compatible gateway: the cheapest pool that meets the SLO.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.gateway = gw
+    http_errors.install(app)
+    app.include_router(openai_router(gw))
+    app.include_router(admin_router(gw))
+    app.include_router(ops_router(gw))
+    return app

@@ -1,0 +1,48 @@
+"""API key checks. Keys are held only as SHA-256 digests and compared in constant time."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+
+from router.errors import AuthenticationError
+
+
+def digest(secret: str) -> bytes:
+    """SHA-256 of a secret; what skyroute stores instead of the secret."""
+    return hashlib.sha256(secret.encode()).digest()
+
+
+class KeyRing:
+    """The set of accepted credentials, stored hashed. Immutable after construction."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._digests = frozenset(digest(s) for s in secrets if s)
+
+    def __bool__(self) -> bool:
+        return bool(self._digests)
+
+    def check_bearer(self, authorization: str | None) -> None:
+        """Accept ``Bearer <key>`` for a known key; raise AuthenticationError otherwise."""
+        if not authorization:
+            raise AuthenticationError(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+            )
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise AuthenticationError("Incorrect Authorization header: expected 'Bearer <key>'.")
+        self.check(token.strip())
+
+    def check(self, secret: str) -> None:
+        """Accept a known secret; raise AuthenticationError otherwise.
+
+        Every stored digest is compared, each in constant time, so the time taken does
+        not depend on which key (if any) matched.
+        """
+        candidate = digest(secret)
+        ok = False
+        for stored in self._digests:
+            ok |= hmac.compare_digest(stored, candidate)
+        if not ok:
+            raise AuthenticationError("Incorrect API key provided.")

@@ -1,0 +1,72 @@
+"""The per-process gateway context: every object a handler needs, built once.
+
+Nothing here is global: ``build_gateway(settings)`` returns a fresh Gateway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from gateway.auth import KeyRing
+from gateway.metrics import GatewayMetrics
+from gateway.policy_store import PolicyStore
+from gateway.proxy import Forwarder
+from gateway.routing_state import RoutingState
+from gateway.settings import GatewaySettings
+from gateway.sync import TableSync
+from router.tables import LiveTables
+
+
+@dataclass
+class Gateway:
+    """Everything a request handler needs, built once per process."""
+
+    settings: GatewaySettings
+    state: RoutingState
+    policies: PolicyStore
+    client_keys: KeyRing
+    admin_keys: KeyRing
+    metrics: GatewayMetrics
+    tables: LiveTables
+    sync: TableSync
+    forwarder: Forwarder | None = None
+    draining: bool = False
+
+
+def build_gateway(settings: GatewaySettings) -> Gateway:
+    """Load the policy and build the in-process state. Raises PolicyError."""
+    compiled = PolicyStore.load_initial(settings.policy)
+    state = RoutingState(compiled)
+    policies = PolicyStore(settings.policy, state.swap_policy)
+    if settings.redis_url is None:
+        raise ValueError(
+            "SKYROUTE_REDIS_URL is required (the CLI starts an embedded Redis when unset)"
+        )
+    # Short socket timeouts: a dead Redis must fail a background read quickly, never
+    # stall it; the request path does not wait on Redis at all.
+    redis = Redis.from_url(
+        settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5, health_check_interval=5
+    )
+    tables = LiveTables(redis, prefix=settings.redis_prefix)
+    sync = TableSync(
+        state,
+        tables,
+        settings.replica_id,
+        refresh_interval_s=settings.snapshot_interval_ms / 1000,
+        flush_interval_s=settings.flush_interval_ms / 1000,
+        replica_ttl_ms=settings.replica_ttl_ms,
+    )
+    client = [settings.api_key.get_secret_value()] if settings.api_key else []
+    admin = [settings.admin_token.get_secret_value()] if settings.admin_token else []
+    return Gateway(
+        settings=settings,
+        state=state,
+        policies=policies,
+        client_keys=KeyRing(client),
+        admin_keys=KeyRing(admin),
+        metrics=GatewayMetrics(),
+        tables=tables,
+        sync=sync,
+    )

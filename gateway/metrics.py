@@ -1,0 +1,88 @@
+"""Prometheus metrics of one gateway process, in its own registry (no global state).
+
+Names follow Prometheus conventions: ``skyroute_`` prefix, base units, ``_total`` on
+counters. Labels are bounded sets (model, pool, status, SLO class): never a tenant key
+or a request id.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from router.scoring import RouteRequest
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01)
+
+
+class GatewayMetrics:
+    """The gateway's metrics. ``render()`` gives the Prometheus text exposition."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "skyroute_requests_total",
+            "Routed requests by outcome.",
+            ("model", "pool", "status", "slo_class"),
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "skyroute_request_duration_seconds",
+            "Upstream time of routed requests, end to end.",
+            ("model",),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead_seconds = Histogram(
+            "skyroute_gateway_overhead_seconds",
+            "Time the gateway itself spends before forwarding a request.",
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.failovers = Counter(
+            "skyroute_failovers_total",
+            "Attempts on a second or later pool.",
+            ("model",),
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "skyroute_upstream_errors_total",
+            "Failed upstream attempts.",
+            ("pool", "kind"),
+            registry=r,
+        )
+        self.rejected = Counter(
+            "skyroute_rejected_requests_total",
+            "Requests answered with an error by the gateway.",
+            ("code",),
+            registry=r,
+        )
+        self.snapshot_age = Gauge(
+            "skyroute_snapshot_age_seconds",
+            "Age of the live-table snapshot routing uses.",
+            registry=r,
+        )
+        self.redis_up = Gauge(
+            "skyroute_redis_up", "1 if the last Redis operation succeeded.", registry=r
+        )
+        self.redis_errors = Gauge(
+            "skyroute_redis_errors", "Failed Redis operations since start (monotonic).", registry=r
+        )
+        self.inflight = Gauge(
+            "skyroute_inflight_requests",
+            "Requests in flight from this replica.",
+            ("pool",),
+            registry=r,
+        )
+
+    def observe_request(
+        self, route: RouteRequest, pool_id: str, status: str, seconds: float
+    ) -> None:
+        """Count one finished request (seconds: upstream time end to end)."""
+        self.requests.labels(route.model, pool_id, status, route.slo_class).inc()
+        self.request_seconds.labels(route.model).observe(seconds)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,291 @@
+"""Forward one request to the ranked pools, failing over until one answers.
+
+A connect error, a timeout, a 5xx or a 429 before any byte reached the client is retried
+on the next-ranked pool, within the policy's attempt budget. Once bytes have gone to the
+client the request is never retried: a stream that breaks ends with an SSE error event.
+Other 4xx answers are the client's problem and pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
+from gateway.metrics import GatewayMetrics
+from gateway.openai_request import ParsedRequest
+from gateway.routing_state import RoutingState
+from gateway.streaming import StreamWatch, error_event
+from router.errors import (
+    NoFeasiblePool,
+    RoutingError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+    UpstreamTimeout,
+)
+from router.policy import PoolSpec
+from router.scoring import Ranking, RouteRequest
+
+logger = logging.getLogger(__name__)
+
+_JSON = "application/json"
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    pool: PoolSpec
+    url: str
+    usd_per_token: float
+    number: int
+
+
+def _usage(body: bytes) -> tuple[int | None, int | None]:
+    try:
+        data = orjson.loads(body)
+        usage = data.get("usage") or {}
+        return usage.get("prompt_tokens"), usage.get("completion_tokens")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None, None
+
+
+def _unavailable(ranking: Ranking, model: str) -> RoutingError:
+    reasons = sorted({r.reason for r in ranking.explain()})
+    detail = "; ".join(reasons) or "no pool serves it"
+    if ranking.eligible.any():
+        return NoFeasiblePool(f"no pool can meet the SLO for model {model!r}: {detail}")
+    return RoutingError(f"no pool is available for model {model!r}: {detail}")
+
+
+class Forwarder:
+    """Sends requests upstream through ``UpstreamClient`` with failover."""
+
+    def __init__(
+        self, state: RoutingState, upstream: UpstreamClient, metrics: GatewayMetrics
+    ) -> None:
+        self.state = state
+        self.upstream = upstream
+        self.metrics = metrics
+        self._rr: dict[str, int] = {}
+
+    def _timeouts(self) -> UpstreamTimeouts:
+        r = self.state.policy.policy.routing
+        return UpstreamTimeouts(
+            r.connect_timeout_ms / 1000, r.first_byte_timeout_ms / 1000, r.idle_timeout_ms / 1000
+        )
+
+    def _url(self, pool: PoolSpec, path: str) -> str:
+        n = self._rr.get(pool.id, 0)
+        self._rr[pool.id] = n + 1
+        return str(pool.endpoints[n % len(pool.endpoints)]).rstrip("/") + path
+
+    async def forward(
+        self,
+        parsed: ParsedRequest,
+        route: RouteRequest,
+        path: str,
+        headers: dict[str, str],
+        received_at: float,
+    ) -> Response:
+        """Route and forward one request; return the client's response.
+
+        Raises RoutingError/NoFeasiblePool when no pool may take it, or the last
+        UpstreamError when every attempt failed. ``received_at`` (perf_counter seconds)
+        is when the gateway got the request; the time up to the first attempt is the
+        gateway's own overhead.
+        """
+        now = time.time()
+        ranking = self.state.rank(route, now)
+        if len(ranking.order) == 0:
+            raise _unavailable(ranking, route.model)
+        policy = self.state.policy
+        budget = policy.policy.routing.max_attempts
+        est_tokens = route.prompt_tokens + (
+            route.max_output_tokens or policy.policy.models[route.model].expected_output_tokens
+        )
+        last: UpstreamError | None = None
+        number = 0
+        for i in ranking.order:
+            if number >= budget:
+                break
+            pool = policy.policy.pools[i]
+            if not self.state.outlier.allows(pool.id, now):
+                continue
+            number += 1
+            per_token = float(ranking.cost_usd[i]) / max(est_tokens, 1)
+            attempt = _Attempt(pool, self._url(pool, path), per_token, number)
+            if number > 1:
+                self.metrics.failovers.labels(model=route.model).inc()
+            else:
+                self.metrics.overhead_seconds.observe(time.perf_counter() - received_at)
+            try:
+                if parsed.stream:
+                    return await self._stream(parsed, attempt, headers, route)
+                return await self._unary(parsed, attempt, headers, route)
+            except UpstreamError as exc:
+                last = exc
+                self.state.outlier.release_trial(pool.id)
+                logger.warning("attempt %d on pool %s failed: %s", number, pool.id, exc)
+        if last is None:
+            raise _unavailable(ranking, route.model)
+        raise last
+
+    def _failed(self, pool_id: str, exc: UpstreamError) -> None:
+        self.state.observe(pool_id, ok=False)
+        self.metrics.upstream_errors.labels(pool=pool_id, kind=type(exc).__name__).inc()
+        self.state.outlier.on_failure(pool_id, time.time(), str(exc))
+
+    def _headers(self, attempt: _Attempt, cost: float) -> dict[str, str]:
+        pool = attempt.pool
+        return {
+            "x-skyroute-pool": pool.id,
+            "x-skyroute-provider": pool.provider,
+            "x-skyroute-region": pool.region,
+            "x-skyroute-attempts": str(attempt.number),
+            "x-skyroute-cost-usd": f"{cost:.8f}",
+        }
+
+    async def _open(
+        self, parsed: ParsedRequest, attempt: _Attempt, headers: dict[str, str]
+    ) -> UpstreamResponse:
+        body = parsed.upstream_body(attempt.pool.upstream_model)
+        resp = await self.upstream.post(attempt.url, body, headers, self._timeouts())
+        if resp.status >= 500 or resp.status == 429:
+            resp.close()
+            raise UpstreamStatusError(
+                f"pool {attempt.pool.id} answered {resp.status}",
+                pool_id=attempt.pool.id,
+                status=resp.status,
+            )
+        return resp
+
+    async def _unary(
+        self, parsed: ParsedRequest, attempt: _Attempt, headers: dict[str, str], route: RouteRequest
+    ) -> Response:
+        pool_id = attempt.pool.id
+        self.state.acquire(pool_id)
+        started = time.perf_counter()
+        try:
+            resp = await self._open(parsed, attempt, headers)
+            async with resp:
+                body = await resp.read()
+        except UpstreamError as exc:
+            self._failed(pool_id, exc)
+            raise
+        finally:
+            self.state.release(pool_id)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        if resp.status != 200:
+            # A client error (bad parameters, context too long): the pool is healthy.
+            self.state.outlier.on_success(pool_id)
+            return Response(
+                body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
+            )
+        prompt, completion = _usage(body)
+        tokens = (prompt or route.prompt_tokens) + (completion or 0)
+        tpot = None
+        if completion and completion >= 8:
+            # No first-token time is visible without streaming; the prefill share is
+            # taken off using the pool's profile so TPOT is not overstated.
+            prefill_ms = route.prompt_tokens / attempt.pool.goodput.prefill_tokens_per_s * 1000
+            tpot = max(elapsed_ms - prefill_ms, 0.0) / completion
+        self.state.observe(pool_id, ok=True, tpot_ms=tpot)
+        self.state.outlier.on_success(pool_id)
+        self.metrics.observe_request(route, pool_id, "200", elapsed_ms / 1000.0)
+        return Response(
+            body, media_type=_JSON, headers=self._headers(attempt, tokens * attempt.usd_per_token)
+        )
+
+    async def _stream(
+        self, parsed: ParsedRequest, attempt: _Attempt, headers: dict[str, str], route: RouteRequest
+    ) -> Response:
+        pool_id = attempt.pool.id
+        self.state.acquire(pool_id)
+        started = time.perf_counter()
+        try:
+            resp = await self._open(parsed, attempt, headers)
+        except UpstreamError as exc:
+            self.state.release(pool_id)
+            self._failed(pool_id, exc)
+            raise
+        if resp.status != 200:
+            try:
+                body = await resp.read()
+            finally:
+                resp.close()
+                self.state.release(pool_id)
+            self.state.outlier.on_success(pool_id)
+            return Response(
+                body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
+            )
+        chunks = resp.iter_chunks()
+        watch = StreamWatch()
+        try:
+            # Wait for the first chunk before answering, so that a failure here can
+            # still fail over: nothing has reached the client yet.
+            first_byte_s = self.state.policy.policy.routing.first_byte_timeout_ms / 1000
+            async with asyncio.timeout(first_byte_s):
+                first = await anext(chunks)
+            watch.feed(first, time.perf_counter())
+            if watch.error is not None:
+                raise UpstreamStreamError(
+                    f"pool {pool_id} sent an error event: {watch.error}", pool_id=pool_id
+                )
+        except (UpstreamError, StopAsyncIteration, TimeoutError) as exc:
+            resp.close()
+            self.state.release(pool_id)
+            err = (
+                exc
+                if isinstance(exc, UpstreamError)
+                else UpstreamTimeout(f"pool {pool_id}: no first chunk")
+            )
+            err.retryable = True
+            self._failed(pool_id, err)
+            raise err from exc
+        est_cost = (route.prompt_tokens + (route.max_output_tokens or 0)) * attempt.usd_per_token
+        body_iter = self._relay(first, chunks, resp, watch, attempt, route, started)
+        return StreamingResponse(
+            body_iter,
+            media_type="text/event-stream",
+            headers={**_SSE_HEADERS, **self._headers(attempt, est_cost)},
+        )
+
+    async def _relay(
+        self,
+        first: bytes,
+        chunks: AsyncIterator[bytes],
+        resp: UpstreamResponse,
+        watch: StreamWatch,
+        attempt: _Attempt,
+        route: RouteRequest,
+        started: float,
+    ) -> AsyncIterator[bytes]:
+        pool_id = attempt.pool.id
+        status = "200"
+        try:
+            yield first
+            async for chunk in chunks:
+                watch.feed(chunk, time.perf_counter())
+                yield chunk
+            if watch.error is not None:
+                status = "stream_error"
+                self._failed(pool_id, UpstreamStreamError(watch.error, pool_id=pool_id))
+        except UpstreamError as exc:
+            status = "stream_error"
+            self._failed(pool_id, exc)
+            yield error_event(f"upstream pool failed mid-stream: {exc}")
+        finally:
+            resp.close()
+            self.state.release(pool_id)
+            if status == "200":
+                ttft_ms = (watch.first_at - started) * 1000.0
+                self.state.observe(pool_id, ok=True, ttft_ms=ttft_ms, tpot_ms=watch.tpot_ms())
+                self.state.outlier.on_success(pool_id)
+            self.metrics.observe_request(route, pool_id, status, time.perf_counter() - started)

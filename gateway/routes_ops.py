@@ -1,0 +1,56 @@
+"""Operational endpoints: liveness, readiness and Prometheus metrics.
+
+``/healthz`` and ``/readyz`` answer kubelet probes without a credential and reveal
+nothing beyond state; ``/metrics`` needs the admin credential.
+"""
+
+from __future__ import annotations
+
+import orjson
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import Response
+
+from gateway.context import Gateway
+
+
+def ops_router(gw: Gateway) -> APIRouter:
+    """Routes ``/healthz``, ``/readyz`` and ``/metrics``."""
+    router = APIRouter(tags=["ops"])
+
+    @router.get("/healthz")
+    async def healthz() -> Response:
+        """200 while the process runs."""
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @router.get("/readyz")
+    async def readyz() -> Response:
+        """200 while the gateway takes traffic (degraded when Redis is unreachable: it
+        then routes from its last snapshot); 503 once shutdown has begun."""
+        age = gw.state.snapshot_age_s()
+        body = {
+            "status": "draining" if gw.draining else ("ready" if gw.state.redis_ok else "degraded"),
+            "redis": "ok" if gw.state.redis_ok else "unreachable",
+            "snapshot_age_s": round(age, 3) if age != float("inf") else None,
+            "policy_version": gw.policies.version,
+        }
+        return Response(
+            orjson.dumps(body),
+            status_code=503 if gw.draining else 200,
+            media_type="application/json",
+        )
+
+    @router.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        """Prometheus text exposition."""
+        gw.admin_keys.check_bearer(request.headers.get("authorization"))
+        m = gw.metrics
+        age = gw.state.snapshot_age_s()
+        m.snapshot_age.set(age if age != float("inf") else -1)
+        m.redis_up.set(1 if gw.state.redis_ok else 0)
+        m.redis_errors.set(gw.sync.redis_errors)
+        for pid, n in gw.state.inflight.items():
+            m.inflight.labels(pid).set(n)
+        return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return router

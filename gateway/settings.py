@@ -1,0 +1,50 @@
+"""The gateway process's settings: every one from a ``SKYROUTE_`` environment variable.
+
+Built once in the entry point and passed down; nothing reads the environment later.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class GatewaySettings(BaseSettings):
+    """Settings of one gateway process (env prefix ``SKYROUTE_``).
+
+    ``redis_url`` unset means the entry point starts an embedded Redis. ``api_key``
+    is the client credential and ``admin_token`` the admin one; both are kept only
+    hashed once the app is built and never logged.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SKYROUTE_", extra="ignore")
+
+    redis_url: str | None = None
+    redis_prefix: str = "sr:v1"
+    policy: Path = Path("policy.yaml")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    api_key: SecretStr | None = None
+    admin_token: SecretStr | None = None
+    replica_id: str = Field(default_factory=_default_replica_id)
+    # Request body limit in bytes (413 above it).
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    # Background snapshot refresh period; the DESIGN bound is 250 ms.
+    snapshot_interval_ms: int = Field(default=100, gt=0, le=250)
+    # In-flight counts and observations are flushed to Redis in one pipeline this often.
+    flush_interval_ms: int = Field(default=50, gt=0, le=1000)
+    # A gateway replica's in-flight share expires this long after its last flush.
+    replica_ttl_ms: int = Field(default=3000, gt=0)
+    # How often the policy file's mtime is checked for a reload.
+    policy_poll_s: float = Field(default=1.0, gt=0)
+    log_level: str = "INFO"
+    log_json: bool = True

@@ -1,0 +1,145 @@
+"""Background loops that keep the in-process state and Redis in step, off the request path.
+
+- ``refresh``: reads the live tables into a new snapshot every interval (≤ 250 ms), or
+  at once when the events channel announces a change.
+- ``flush``: writes this replica's in-flight counts, observations and health changes in
+  one pipeline every interval.
+- ``listen``: the pub/sub subscription that wakes ``refresh``.
+
+When Redis is down each loop keeps going with backoff: routing continues from the last
+snapshot, and since in-flight counts are written as absolute values the first flush
+after Redis returns re-syncs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.routing_state import RoutingState
+from router.errors import TableError
+from router.tables import LiveTables
+
+logger = logging.getLogger(__name__)
+
+_MAX_BACKOFF_S = 2.0
+
+
+class TableSync:
+    """Runs the refresh, flush and listen loops for one gateway replica."""
+
+    def __init__(
+        self,
+        state: RoutingState,
+        tables: LiveTables,
+        replica_id: str,
+        *,
+        refresh_interval_s: float,
+        flush_interval_s: float,
+        replica_ttl_ms: int,
+    ) -> None:
+        self.state = state
+        self.tables = tables
+        self.replica_id = replica_id
+        self.refresh_interval_s = refresh_interval_s
+        self.flush_interval_s = flush_interval_s
+        self.replica_ttl_ms = replica_ttl_ms
+        self._wake = asyncio.Event()
+        self.redis_errors = 0
+        self.dropped_observations = 0
+
+    def _mark(self, ok: bool, what: str, exc: Exception | None = None) -> None:
+        if ok and not self.state.redis_ok:
+            logger.info("redis reachable again; live tables re-synced")
+        elif not ok:
+            self.redis_errors += 1
+            if self.state.redis_ok:
+                logger.warning(
+                    "redis unreachable (%s): routing from the last snapshot: %s", what, exc
+                )
+        self.state.redis_ok = ok
+
+    async def refresh_once(self) -> None:
+        """Read the tables into a new snapshot. Raises TableError."""
+        now = time.time()
+        rows = await self.tables.read(
+            self.state.policy.pool_ids,
+            int(now * 1000),
+            self.replica_ttl_ms,
+            exclude_replica=self.replica_id,
+        )
+        self.state.swap_snapshot(rows, now)
+
+    async def flush_once(self) -> None:
+        """Write in-flight counts, observations and health changes. Raises TableError."""
+        pending = self.state.take_pending()
+        health = self.state.outlier.take_updates()
+        try:
+            await self.tables.flush(
+                self.replica_id,
+                now_ms=int(time.time() * 1000),
+                inflight=dict(self.state.inflight),
+                inflight_ttl_ms=self.replica_ttl_ms,
+                observations=pending,
+                health=health,
+            )
+        except TableError:
+            # Observations are statistics: dropping a batch during an outage only makes
+            # the EWMA a little staler. Health changes are kept for the next try.
+            self.dropped_observations += sum(o.ok + o.errors for o in pending.values())
+            for pid, update in health.items():
+                self.state.outlier.requeue(pid, update)
+            raise
+
+    async def refresh(self) -> None:
+        """Loop: refresh the snapshot. Runs until cancelled."""
+        backoff = self.refresh_interval_s
+        while True:
+            try:
+                await self.refresh_once()
+                self._mark(True, "refresh")
+                backoff = self.refresh_interval_s
+            except TableError as exc:
+                self._mark(False, "refresh", exc)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=backoff)
+            self._wake.clear()
+
+    async def flush(self) -> None:
+        """Loop: flush local state. Runs until cancelled."""
+        backoff = self.flush_interval_s
+        while True:
+            await asyncio.sleep(backoff)
+            try:
+                await self.flush_once()
+                backoff = self.flush_interval_s
+            except TableError as exc:
+                self._mark(False, "flush", exc)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    async def listen(self, redis: Redis) -> None:
+        """Loop: wake ``refresh`` on every table-change event. Runs until cancelled."""
+        backoff = 0.1
+        while True:
+            try:
+                async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(self.tables.events_channel)
+                    backoff = 0.1
+                    async for _ in pubsub.listen():
+                        self._wake.set()
+            except (RedisError, OSError):
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    async def release(self) -> None:
+        """Drop this replica's in-flight share from Redis (shutdown). Never raises."""
+        try:
+            await self.tables.release(self.replica_id)
+        except TableError as exc:
+            logger.warning("could not release in-flight share: %s", exc)

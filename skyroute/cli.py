@@ -1,0 +1,153 @@
+"""The ``skyroute`` command line: one program, many subcommands.
+
+This is the composition root: the only module that imports every package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gateway.settings import GatewaySettings
+from router.compiled import compile_policy
+from router.errors import PolicyError, SkyrouteError
+from router.policy_loader import load_policy
+from router.scoring import RouteRequest
+from skyroute import logs
+
+
+def _settings(args: argparse.Namespace) -> GatewaySettings:
+    overrides = {
+        k: v for k, v in {"port": args.port, "host": args.host, "policy": args.policy}.items() if v
+    }
+    return GatewaySettings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from skyroute.serve import redis_for, run_gateway  # noqa: PLC0415 - keep start-up light
+
+    settings = _settings(args)
+    logs.configure(settings.log_level, settings.log_json)
+    with redis_for(settings) as live:
+        run_gateway(live)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from skyroute.demo import demo_policy_path, run_demo  # noqa: PLC0415
+
+    settings = _settings(args)
+    if not args.policy and "policy" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"policy": demo_policy_path()})
+    logs.configure(settings.log_level, json=False)
+    run_demo(settings, time_scale=args.time_scale)
+    return 0
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    from adapters.engine.server import run_engine  # noqa: PLC0415
+
+    logs.configure(args.log_level, json=False)
+    run_engine(args.host, args.port, args.profile, args.model, args.seed, args.time_scale)
+    return 0
+
+
+def cmd_policy_check(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy(args.file)
+    except PolicyError as exc:
+        for problem in exc.problems:
+            print(
+                f"{exc.source}:{problem.line}: {problem.path or '<root>'}: {problem.message}",
+                file=sys.stderr,
+            )
+        print(f"{len(exc.problems)} problem(s); the policy is invalid", file=sys.stderr)
+        return 1
+    print(f"{args.file}: ok ({len(policy.pools)} pools, {len(policy.models)} models)")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from skyroute.explain import explain  # noqa: PLC0415
+
+    settings = GatewaySettings(**({"policy": args.policy} if args.policy else {}))
+    compiled = compile_policy(load_policy(settings.policy))
+    model = compiled.policy.models.get(args.model)
+    request = RouteRequest(
+        model=args.model,
+        prompt_tokens=args.prompt_tokens,
+        max_output_tokens=args.max_tokens,
+        slo_class=args.slo or (model.default_slo if model else ""),
+        client_region=args.client_region or compiled.policy.routing.default_client_region,
+    )
+    print(explain(compiled, request, settings.redis_url, settings.redis_prefix))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="skyroute", description="Multi-cloud LLM inference routing gateway."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def server_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--port", type=int, help="listen port (env SKYROUTE_PORT, default 8080)")
+        p.add_argument("--host", help="listen address (env SKYROUTE_HOST, default 127.0.0.1)")
+        p.add_argument("--policy", help="routing policy YAML (env SKYROUTE_POLICY)")
+
+    p = sub.add_parser("serve", help="run the gateway")
+    server_args(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("demo", help="embedded Redis + simulated multi-cloud fleet + gateway")
+    server_args(p)
+    p.add_argument(
+        "--time-scale", type=float, default=1.0, help="engine sleep multiplier (0: no sleeps)"
+    )
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("engine", help="run a simulated OpenAI-compatible inference engine")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument(
+        "--profile", required=True, help="GPU/model latency profile, e.g. h100-llama-3.1-70b"
+    )
+    p.add_argument("--model", default="served-model", help="model name the engine serves")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=cmd_engine)
+
+    p = sub.add_parser("policy", help="routing policy tools")
+    policy_sub = p.add_subparsers(dest="policy_command", required=True)
+    check = policy_sub.add_parser("check", help="validate a policy file; exit 1 with each problem")
+    check.add_argument("file")
+    check.set_defaults(func=cmd_policy_check)
+
+    p = sub.add_parser("explain", help="print the router's ranking for a request")
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompt-tokens", type=int, required=True)
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--slo", help="SLO class (default: the model's)")
+    p.add_argument("--client-region", help="client region (default: the policy's)")
+    p.add_argument("--policy", help="routing policy YAML (env SKYROUTE_POLICY)")
+    p.set_defaults(func=cmd_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``skyroute`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        code = int(args.func(args))
+    except PolicyError as exc:
+        print(f"skyroute: {exc}", file=sys.stderr)
+        code = 1
+    except SkyrouteError as exc:
+        print(f"skyroute: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

@@ -1,0 +1,141 @@
+"""``skyroute demo``: embedded Redis, a simulated multi-cloud fleet and the gateway.
+
+Every pool of the demo policy gets one simulated engine per endpoint (an
+OpenAI-compatible vLLM stand-in with the latency profile of its GPU/model pair), its
+ready replicas are written to the live tables, and the gateway starts in front of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+from pydantic import SecretStr
+from redis.asyncio import Redis
+
+from adapters.engine.perf_model import PROFILES
+from gateway.settings import GatewaySettings
+from router.policy import Policy, PoolSpec
+from router.policy_loader import load_policy
+from router.tables import LiveTables
+from skyroute.serve import redis_for, run_gateway
+
+
+def demo_policy_path() -> Path:
+    """The packaged demo policy (``skyroute/fleet/demo-policy.yaml``)."""
+    return Path(str(resources.files("skyroute.fleet") / "demo-policy.yaml"))
+
+
+def engine_profile(pool: PoolSpec) -> str:
+    """The simulated-engine profile of a pool: GPU family + model, e.g. ``a100-llama-3.1-70b``.
+
+    Raises KeyError if there is no such profile.
+    """
+    name = f"{pool.gpu_type.split('-')[0].lower()}-{pool.model}"
+    if name not in PROFILES:
+        raise KeyError(f"pool {pool.id}: no engine profile {name!r}")
+    return name
+
+
+def _wait_healthy(url: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        probe = f"{url}/health"
+        with contextlib.suppress(OSError), urllib.request.urlopen(probe, timeout=0.5) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"simulated engine at {url} did not become healthy")
+
+
+@contextlib.contextmanager
+def fleet(
+    policy: Policy, time_scale: float = 1.0, seed: int = 0
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start one simulated engine per pool endpoint (127.0.0.1 only); stop them on exit."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for n, pool in enumerate(policy.pools):
+            for endpoint in pool.endpoints:
+                if endpoint.host not in {"127.0.0.1", "localhost"}:
+                    raise ValueError(f"demo engines run on 127.0.0.1 only, not {endpoint}")
+                args = [
+                    sys.executable, "-m", "adapters.engine",
+                    "--port", str(endpoint.port),
+                    "--profile", engine_profile(pool),
+                    "--model", pool.upstream_model,
+                    "--seed", str(seed + n),
+                    "--time-scale", str(time_scale),
+                    "--log-level", "WARNING",
+                ]  # fmt: skip
+                procs.append(subprocess.Popen(args))
+        deadline = time.monotonic() + 30
+        for pool in policy.pools:
+            for endpoint in pool.endpoints:
+                _wait_healthy(str(endpoint).rstrip("/"), deadline)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+async def publish_fleet(policy: Policy, redis_url: str, prefix: str) -> None:
+    """Write each pool's ready replicas (one per running endpoint) to the live tables."""
+    redis = Redis.from_url(redis_url)
+    try:
+        tables = LiveTables(redis, prefix=prefix)
+        for pool in policy.pools:
+            await tables.set_replicas(
+                pool.id, ready=len(pool.endpoints), target=len(pool.endpoints)
+            )
+    finally:
+        await redis.aclose()
+
+
+def run_demo(settings: GatewaySettings, time_scale: float = 1.0) -> None:
+    """Run the whole demo in the foreground until Ctrl-C."""
+    api_key = (
+        settings.api_key.get_secret_value()
+        if settings.api_key
+        else f"sk-sr-{secrets.token_urlsafe(24)}"
+    )
+    admin = (
+        settings.admin_token.get_secret_value()
+        if settings.admin_token
+        else f"sk-adm-{secrets.token_urlsafe(24)}"
+    )
+    settings = settings.model_copy(update={"api_key": SecretStr(api_key), "admin_token": SecretStr(admin)})
+    policy = load_policy(settings.policy)
+    with redis_for(settings) as live, fleet(policy, time_scale=time_scale):
+        assert live.redis_url is not None
+        asyncio.run(publish_fleet(policy, live.redis_url, live.redis_prefix))
+        base = f"http://{live.host}:{live.port}"
+        pools = ", ".join(f"{p.id}" for p in policy.pools)
+        model = next(iter(policy.models))
+        # The keys are printed on purpose: this is the demo's only way to hand them over.
+        print(
+            f"\nskyroute demo: {len(policy.pools)} simulated pools ({pools})\n"
+            f"  redis      {live.redis_url}\n"
+            f"  gateway    {base}/v1   (OpenAI-compatible)\n"
+            f"  API key    {api_key}\n"
+            f"  admin key  {admin}\n\n"
+            "Try:\n"
+            f"  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {api_key}' "
+            "-H 'Content-Type: application/json' -D - \\\n"
+            f'    -d \'{{"model": "{model}", "max_tokens": 32, '
+            '"messages": [{"role": "user", "content": "Hello from skyroute"}]}\'\n',
+            flush=True,
+        )
+        run_gateway(live)

