@@ -1,0 +1,161 @@
+"""Validation of OpenAI-style request bodies for the simulated engine.
+
+Hand-rolled rather than pydantic: the engine must sustain thousands of requests/s on two
+cores, and it only needs a handful of fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+class InvalidRequest(Exception):
+    """A request the engine rejects, rendered as an OpenAI error body.
+
+    Attributes:
+        status: HTTP status to answer with.
+        message, param, code: the OpenAI ``error`` fields.
+        type: the OpenAI error ``type``.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        type_: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type_
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """What the engine needs from a chat or text completion request.
+
+    Attributes:
+        prompt_tokens: approximate prompt length, tokens (``ceil(chars / 4)``, at least 1).
+        max_tokens: requested completion cap, tokens, or None to let the engine draw one.
+        stream: answer with server-sent events.
+        include_usage: ``stream_options.include_usage``: append a usage chunk to the stream.
+    """
+
+    prompt_tokens: int
+    max_tokens: int | None
+    stream: bool
+    include_usage: bool
+
+
+def parse_body(body: bytes, served_model: str) -> dict[str, Any]:
+    """Decode a JSON object body and check its ``model`` names the served model.
+
+    Raises:
+        InvalidRequest: 400 on bad JSON or a missing ``model``; 404 on another model.
+    """
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(400, f"invalid JSON body: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise InvalidRequest(400, "request body must be a JSON object")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest(400, "'model' is a required string", param="model")
+    if model != served_model:
+        raise InvalidRequest(
+            404, f"The model `{model}` does not exist.", param="model", code="model_not_found"
+        )
+    return payload
+
+
+def tokens_for_chars(chars: int) -> int:
+    """Approximate token count of ``chars`` characters of text: ``ceil(chars / 4)``, at least 1."""
+    return max(1, -(-chars // 4))
+
+
+def parse_generation(payload: dict[str, Any], *, chat: bool) -> GenerationRequest:
+    """Extract a :class:`GenerationRequest` from a chat (``chat``) or completions body.
+
+    Raises:
+        InvalidRequest: 400 on missing ``messages``/``prompt``, ``n`` other than 1, or a
+            non-positive or non-integer ``max_tokens``/``max_completion_tokens``.
+    """
+    chars = _chat_chars(payload) if chat else _prompt_chars(payload)
+    n = payload.get("n")
+    if n is not None and n != 1:
+        raise InvalidRequest(400, "only n=1 is supported", param="n")
+    max_tokens = _optional_positive_int(payload, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = _optional_positive_int(payload, "max_tokens")
+    options = payload.get("stream_options")
+    include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    stream = bool(payload.get("stream"))
+    return GenerationRequest(tokens_for_chars(chars), max_tokens, stream, include_usage)
+
+
+def parse_embedding_inputs(payload: dict[str, Any]) -> list[str]:
+    """The ``input`` of an embeddings body as a list of strings (token-id lists are rendered
+    as their decimal text, so they embed deterministically too).
+
+    Raises:
+        InvalidRequest: 400 if ``input`` is missing, empty or of the wrong type.
+    """
+    raw = payload.get("input")
+    if isinstance(raw, str):
+        return [raw]
+    if isinstance(raw, list) and raw:
+        if all(isinstance(item, str) for item in raw):
+            return raw
+        if all(isinstance(item, int) for item in raw):
+            return [" ".join(map(str, raw))]
+        if all(isinstance(item, list) for item in raw):
+            return [" ".join(map(str, item)) for item in raw]
+    raise InvalidRequest(400, "'input' must be a string or a non-empty list", param="input")
+
+
+def _chat_chars(payload: dict[str, Any]) -> int:
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest(400, "'messages' must be a non-empty list", param="messages")
+    chars = 0
+    for message in messages:
+        if not isinstance(message, dict):
+            raise InvalidRequest(400, "each message must be an object", param="messages")
+        content = message.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            # Multi-part content: only text parts count towards the prompt.
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    chars += len(part["text"])
+    return chars
+
+
+def _prompt_chars(payload: dict[str, Any]) -> int:
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        return len(prompt)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return sum(len(p) for p in prompt)
+        if all(isinstance(p, int) for p in prompt):
+            return 4 * len(prompt)  # already token ids
+    raise InvalidRequest(400, "'prompt' must be a string or a list of strings", param="prompt")
+
+
+def _optional_positive_int(payload: dict[str, Any], key: str) -> int | None:
+    value = payload.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest(400, f"'{key}' must be an integer >= 1", param=key)
+    return value
