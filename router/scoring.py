@@ -75,6 +75,7 @@ class Ranking:
     why_ineligible: tuple[str, ...]
     slo_ttft_ms: float
     slo_tpot_ms: float
+    near_tie: float
 
     @property
     def reason(self) -> str:
@@ -93,7 +94,7 @@ class Ranking:
         tried = [int(i) for i in self.order]
         rest = [int(i) for i in self.candidates if int(i) not in set(tried)]
         out: list[RankedPool] = []
-        cheapest = float(self.cost_usd[tried[0]]) if self.n_feasible else 0.0
+        cheapest = float(self.cost_usd[self.feasible].min()) if self.n_feasible else 0.0
         for rank, i in enumerate(tried + rest):
             out.append(
                 RankedPool(
@@ -113,14 +114,16 @@ class Ranking:
         if not self.eligible[i]:
             return self.why_ineligible[i]
         if self.feasible[i]:
-            if rank == 0:
-                return "cheapest feasible"
-            extra = float(self.cost_usd[i]) - cheapest
-            return (
-                f"feasible, +${extra:.2e} over the cheapest"
-                if extra > 0
-                else "near-tie, more loaded"
-            )
+            cost = float(self.cost_usd[i])
+            if cost <= cheapest * (1.0 + self.near_tie):
+                if rank == 0:
+                    return (
+                        "cheapest feasible"
+                        if cost <= cheapest
+                        else "near-tie with the cheapest, lightest load"
+                    )
+                return "near-tie with the cheapest, more loaded"
+            return f"feasible, +${cost - cheapest:.2e} over the cheapest"
         misses = []
         if self.ttft_ms[i] > self.slo_ttft_ms:
             misses.append(f"ttft {self.ttft_ms[i]:.0f}ms > slo {self.slo_ttft_ms:.0f}ms")
@@ -167,8 +170,10 @@ def rank(
     tpot = np.where(np.isnan(measured_tpot), policy.tpot_ms[m], measured_tpot)
     prefill = request.prompt_tokens / policy.prefill_tps[m] * 1000.0
     # A request beyond the batch slots waits for a fraction of one service time per
-    # queued request ahead of it, spread over every slot (M/D/c-style estimate).
-    service_ms = prefill + out_tokens * tpot
+    # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
+    # requests ahead are priced at the model's typical output, not at this one's.
+    typical_out = pol.models[request.model].expected_output_tokens
+    service_ms = prefill + typical_out * tpot
     with np.errstate(divide="ignore", invalid="ignore"):
         load = np.where(slots > 0, (inflight[m] + 1.0) / slots, np.inf)
         queued = np.maximum(inflight[m] + 1.0 - slots, 0.0)
@@ -241,4 +246,5 @@ def rank(
         why_ineligible=tuple(why),
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
+        near_tie=pol.routing.near_tie,
     )

@@ -1,0 +1,40 @@
+"""Project-wide fixtures: a real Redis server for every integration test.
+
+The Redis on 127.0.0.1:6379 is used when it answers (these machines run one);
+otherwise an embedded one is started for the session, so a fresh machine needs
+nothing installed by hand. ``SKYROUTE_TEST_REDIS_URL`` points the tests elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+
+from skyroute.embedded_redis import EmbeddedRedis
+
+
+def _answers(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or 6379), timeout=0.5
+        ) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a running Redis server for the whole test session."""
+    url = os.environ.get("SKYROUTE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    if _answers(url):
+        yield url
+        return
+    with EmbeddedRedis() as embedded:
+        yield embedded.url

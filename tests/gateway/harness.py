@@ -1,0 +1,189 @@
+"""Real processes for gateway integration tests: simulated engines and gateway
+replicas, all on 127.0.0.1, each stopped when its test ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from skyroute.embedded_redis import free_port
+
+API_KEY = "sk-test-client-0123456789abcdef"
+ADMIN_TOKEN = "sk-test-admin-0123456789abcdef"
+
+
+def wait_until(url: str, timeout_s: float = 20.0, ok: tuple[int, ...] = (200,)) -> None:
+    """Poll ``url`` until it answers one of ``ok``; raise TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=0.5).status_code in ok:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not come up")
+
+
+@dataclass
+class Engine:
+    """One simulated engine process."""
+
+    profile: str
+    model: str
+    time_scale: float
+    seed: int = 0
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Engine:
+        args = [
+            sys.executable, "-m", "adapters.engine", "--port", str(self.port), "--profile", self.profile,
+            "--model", self.model, "--seed", str(self.seed), "--time-scale", str(self.time_scale),
+            "--log-level", "WARNING",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args)
+        wait_until(f"{self.url}/health")
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def set_faults(self, **faults: Any) -> None:
+        httpx.post(f"{self.url}/sim/faults", json=faults, timeout=2).raise_for_status()
+
+
+@dataclass
+class Gateway:
+    """One gateway replica process (``skyroute serve``)."""
+
+    policy: Path
+    redis_url: str
+    prefix: str
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Gateway:
+        env = {
+            **os.environ,
+            "SKYROUTE_REDIS_URL": self.redis_url,
+            "SKYROUTE_REDIS_PREFIX": self.prefix,
+            "SKYROUTE_POLICY": str(self.policy),
+            "SKYROUTE_PORT": str(self.port),
+            "SKYROUTE_API_KEY": API_KEY,
+            "SKYROUTE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "SKYROUTE_POLICY_POLL_S": "0.2",
+            **self.extra_env,
+        }
+        self.log = self.policy.parent / f"gateway-{self.port}.log"
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(f"{self.base}/readyz")
+        return self
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def admin(self, method: str, path: str) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=10)
+
+    def logs(self) -> str:
+        return self.log.read_text() if self.log and self.log.exists() else ""
+
+
+def pool(
+    pool_id: str,
+    engine: Engine,
+    *,
+    provider: str,
+    region: str,
+    model: str,
+    usd_per_gpu_hour: float,
+    gpus: int = 1,
+    tokens_per_s: float = 1000.0,
+    prefill_tokens_per_s: float = 10000.0,
+    max_concurrency: int = 8,
+    tpot_ms: float = 20.0,
+    endpoints: list[str] | None = None,
+) -> dict[str, Any]:
+    """A pool entry of a policy, served by ``engine``."""
+    return {
+        "id": pool_id,
+        "provider": provider,
+        "region": region,
+        "model": model,
+        "upstream_model": engine.model,
+        "gpu_type": "L4",
+        "gpus_per_replica": gpus,
+        "endpoints": endpoints or [engine.url],
+        "price": {"source": "policy", "usd_per_gpu_hour": usd_per_gpu_hour},
+        "goodput": {
+            "tokens_per_s": tokens_per_s,
+            "prefill_tokens_per_s": prefill_tokens_per_s,
+            "max_concurrency": max_concurrency,
+            "tpot_ms": tpot_ms,
+        },
+        "replicas": {"min": 0, "max": 4, "initial": 1},
+    }
+
+
+def policy_doc(pools: list[dict[str, Any]], models: list[str], **routing: Any) -> dict[str, Any]:
+    """A whole policy with one client region that may use every pool at 5 ms RTT."""
+    locations = {f"{p['provider']}:{p['region']}" for p in pools}
+    return {
+        "version": 1,
+        "slo_classes": {
+            "interactive": {"ttft_ms": 800, "tpot_ms": 60},
+            "batch": {"ttft_ms": 30000, "tpot_ms": 500},
+        },
+        "models": {m: {"default_slo": "interactive", "expected_output_tokens": 32} for m in models},
+        "pools": pools,
+        "client_regions": {"us": {"rtt_ms": {loc: 5.0 for loc in sorted(locations)}}},
+        "routing": {"default_client_region": "us", **routing},
+    }
+
+
+def write_policy(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def unique_prefix() -> str:
+    return f"srtest:{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,61 @@
+"""The official openai client works against the gateway unchanged."""
+
+from __future__ import annotations
+
+import openai
+
+from tests.gateway.conftest import CHAT, EMBED
+
+HEADERS = (
+    "x-skyroute-pool",
+    "x-skyroute-provider",
+    "x-skyroute-region",
+    "x-skyroute-attempts",
+    "x-skyroute-cost-usd",
+)
+MESSAGES = [{"role": "user", "content": "Say hello to the multi-cloud fleet."}]
+
+
+def test_chat_completion_is_routed_with_skyroute_headers(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=CHAT, messages=MESSAGES, max_tokens=4
+    )  # type: ignore[arg-type]
+    completion = raw.parse()
+    assert completion.choices[0].message.content
+    assert completion.usage is not None and completion.usage.completion_tokens == 4
+    for header in HEADERS:
+        assert raw.headers.get(header), header
+    assert raw.headers["x-skyroute-attempts"] == "1"
+    assert float(raw.headers["x-skyroute-cost-usd"]) > 0
+
+
+def test_streaming_chat_completion_yields_every_token(client: openai.OpenAI) -> None:
+    with client.chat.completions.with_streaming_response.create(
+        model=CHAT,
+        messages=MESSAGES,
+        max_tokens=5,
+        stream=True,  # type: ignore[arg-type]
+    ) as raw:
+        assert raw.headers["x-skyroute-pool"]
+        chunks = list(raw.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(text.split()) == 5
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_text_completion_is_routed(client: openai.OpenAI) -> None:
+    raw = client.completions.with_raw_response.create(
+        model=CHAT, prompt="Once upon a time", max_tokens=3
+    )
+    assert raw.parse().choices[0].text
+    assert raw.headers["x-skyroute-provider"] in {"aws", "gcp", "azure"}
+
+
+def test_embeddings_are_routed_to_the_embedding_pool(client: openai.OpenAI) -> None:
+    raw = client.embeddings.with_raw_response.create(model=EMBED, input=["a", "b", "c"])
+    assert len(raw.parse().data) == 3
+    assert raw.headers["x-skyroute-pool"] == "aws:us-east-1:embed"
+
+
+def test_models_list_names_every_policy_model(client: openai.OpenAI) -> None:
+    assert {m.id for m in client.models.list()} == {CHAT, EMBED}
