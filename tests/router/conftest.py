@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -11,14 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from router.tables import LiveTables
-
-
-def _redis_url() -> str:
-    """Where the test Redis runs. The one place to change when the URL comes from elsewhere."""
-    return os.environ.get("SKYROUTE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 @dataclass(frozen=True)
@@ -46,14 +39,6 @@ class RedisTarget:
             await client.aclose()
 
 
-async def _ping(url: str) -> None:
-    client = Redis.from_url(url)
-    try:
-        await client.ping()
-    finally:
-        await client.aclose()
-
-
 async def _delete_prefix(target: RedisTarget) -> None:
     client = target.client()
     try:
@@ -65,13 +50,8 @@ async def _delete_prefix(target: RedisTarget) -> None:
 
 
 @pytest.fixture
-def live_redis() -> Iterator[RedisTarget]:
-    """A reachable Redis and a fresh ``srtest:<uuid>`` prefix; its keys are deleted after."""
-    url = _redis_url()
-    try:
-        asyncio.run(_ping(url))
-    except RedisError as exc:
-        pytest.fail(f"no Redis at {url} (set SKYROUTE_TEST_REDIS_URL): {exc}")
-    target = RedisTarget(url=url, prefix=f"srtest:{uuid.uuid4().hex}")
+def live_redis(redis_url: str) -> Iterator[RedisTarget]:
+    """The session's Redis and a fresh ``srtest:<uuid>`` prefix; its keys are deleted after."""
+    target = RedisTarget(url=redis_url, prefix=f"srtest:{uuid.uuid4().hex}")
     yield target
     asyncio.run(_delete_prefix(target))
