@@ -68,6 +68,7 @@ def admin_router(gw: Gateway) -> APIRouter:
                     "available": bool(snap.available[i]),
                     "inflight": float(snap.inflight[i]) + gw.state.inflight.get(spec.id, 0),
                     "ready_replicas": _num(float(snap.ready[i])),
+                    "rtt_ms": _num(row.rtt_ms) if row else None,
                     "ttft_ewma_ms": _num(float(snap.ttft_ms[i])),
                     "tpot_ewma_ms": _num(float(snap.tpot_ms[i])),
                     "usd_per_gpu_hour": _num(float(snap.usd_per_gpu_hour[i])),

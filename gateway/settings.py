@@ -46,5 +46,7 @@ class GatewaySettings(BaseSettings):
     replica_ttl_ms: int = Field(default=3000, gt=0)
     # How often the policy file's mtime is checked for a reload.
     policy_poll_s: float = Field(default=1.0, gt=0)
+    # Gateway-to-pool RTT probe period (GET /health on every endpoint).
+    probe_interval_s: float = Field(default=5.0, gt=0)
     log_level: str = "INFO"
     log_json: bool = True

@@ -36,6 +36,8 @@ class PoolRow:
     tpot_p50_ms: float = float("nan")
     tpot_p99_ms: float = float("nan")
     samples: int = 0
+    # Gateway-to-pool round trip measured by the health probe, ms (EWMA).
+    rtt_ms: float = float("nan")
     errors: int = 0
     inflight: float = 0.0
     ready_replicas: float = float("nan")

@@ -2,7 +2,7 @@
 
 Schema (all keys under ``{prefix}``, default ``sr:v1``):
 
-    pool:{id}:stats      hash   ttft_ewma_ms, tpot_ewma_ms, samples, errors     (EWMA via Lua)
+    pool:{id}:stats      hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
     pool:{id}:ttft       list   recent TTFT samples, ms (newest first, capped)
     pool:{id}:tpot       list   recent TPOT samples, ms
     pool:{id}:replicas   hash   ready, target                                 (fleet/autoscaler)
@@ -53,6 +53,14 @@ upd('ttft_ewma_ms', tonumber(ARGV[2]), tonumber(ARGV[3]))
 upd('tpot_ewma_ms', tonumber(ARGV[4]), tonumber(ARGV[5]))
 redis.call('HINCRBY', KEYS[1], 'samples', ARGV[6])
 redis.call('HINCRBY', KEYS[1], 'errors', ARGV[7])
+return 1
+"""
+
+_RTT_LUA = """
+local cur = redis.call('HGET', KEYS[1], 'rtt_ms')
+local x = tonumber(ARGV[2])
+if cur then x = tonumber(cur) + tonumber(ARGV[1]) * (x - tonumber(cur)) end
+redis.call('HSET', KEYS[1], 'rtt_ms', x)
 return 1
 """
 
@@ -149,6 +157,7 @@ class LiveTables:
         self.prefix = prefix
         self._ewma = redis.register_script(_EWMA_LUA)
         self._inflight = redis.register_script(_INFLIGHT_LUA)
+        self._rtt = redis.register_script(_RTT_LUA)
 
     # -- key spelling -------------------------------------------------------------------
     def _pool(self, pool_id: str, table: str) -> str:
@@ -281,6 +290,7 @@ class LiveTables:
                 tpot_p50_ms=tpot_p50,
                 tpot_p99_ms=tpot_p99,
                 samples=int(_f(stats, "samples", 0)),
+                rtt_ms=_f(stats, "rtt_ms"),
                 errors=int(_f(stats, "errors", 0)),
                 inflight=max(inflight.get(pid, 0.0), 0.0),
                 ready_replicas=_f(replicas, "ready"),
@@ -303,6 +313,17 @@ class LiveTables:
         return {_s(k): int(float(_s(v))) for k, v in raw.items()}
 
     # -- fleet, health and price writers --------------------------------------------------
+    async def record_rtt(self, rtt_ms: Mapping[str, float]) -> None:
+        """Record measured gateway-to-pool round-trip times (ms), one pipeline, as an
+        EWMA per pool. Additive like observations: each call is one more sample."""
+        pipe = self.redis.pipeline(transaction=False)
+        for pool_id, ms in rtt_ms.items():
+            await self._rtt(keys=[self._pool(pool_id, "stats")], args=[EWMA_ALPHA, ms], client=pipe)
+        try:
+            await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"rtt write failed: {exc}") from exc
+
     async def set_replicas(self, pool_id: str, ready: int, target: int | None = None) -> None:
         """Record a pool's ready (and target) replica count. Idempotent."""
         mapping = {"ready": str(ready)}
