@@ -41,13 +41,10 @@ class RoutingState:
             if i is not None:
                 arr[i] = n
         snapshot = Snapshot.build(policy, self.snapshot.rows, self.snapshot.taken_at_s)
-        outlier = OutlierDetector(policy.policy.routing.outlier)
-        self.policy, self.snapshot, self._inflight_arr, self.outlier = (
-            policy,
-            snapshot,
-            arr,
-            outlier,
-        )
+        # Ejections are facts about the fleet, not the policy: they survive a reload,
+        # and the new thresholds apply from the next failure on.
+        self.outlier.settings = policy.policy.routing.outlier
+        self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
 
     def swap_snapshot(self, rows: dict[str, PoolRow], taken_at_s: float) -> None:
         """Replace the snapshot with freshly read rows."""

@@ -9,15 +9,17 @@ from dataclasses import dataclass, field
 import orjson
 
 # A JSON key '"error":' can only appear unescaped as a key, never inside generated text
-# (where quotes are escaped), so a byte search finds error events without parsing.
+# (where quotes are escaped), so a byte search finds candidate events without parsing.
 _ERROR_KEYS = (b'"error":', b'"error" :')
-_TAIL = 16
+_USAGE_KEYS = (b'"usage":{', b'"usage": {')
 
 
 @dataclass
 class StreamWatch:
     """Counts events and finds usage and error events in an SSE byte stream.
 
+    Chunks are split into lines as they pass; an event cut across chunks is looked at
+    once its line is complete. Only lines that may hold usage or an error are parsed.
     Times are ``time.perf_counter()`` seconds passed in by the caller.
     """
 
@@ -27,41 +29,36 @@ class StreamWatch:
     error: str | None = None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
-    _tail: bytes = field(default=b"", repr=False)
+    _partial: bytes = field(default=b"", repr=False)
 
     def feed(self, chunk: bytes, now: float) -> None:
         """Look at one chunk as it passes."""
         if not self.first_at:
             self.first_at = now
         self.last_at = now
-        self.events += chunk.count(b"data:")
-        window = self._tail + chunk
-        if b'"usage"' in window and b'"usage":null' not in window:
-            self._parse_events(window)
-        if self.error is None and any(k in window for k in _ERROR_KEYS):
-            self._parse_events(window)
-        self._tail = chunk[-_TAIL:]
-
-    def _parse_events(self, window: bytes) -> None:
-        for line in window.split(b"\n"):
+        lines = (self._partial + chunk).split(b"\n") if self._partial else chunk.split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
             if not line.startswith(b"data:"):
                 continue
-            data = line[5:].strip()
-            if not data.startswith(b"{"):
-                continue
-            try:
-                event = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue  # split across chunks; counted from the complete copy later
-            if not isinstance(event, dict):
-                continue
-            if "error" in event and self.error is None:
-                err = event["error"]
-                self.error = str(err.get("message", err)) if isinstance(err, dict) else str(err)
-            usage = event.get("usage")
-            if isinstance(usage, dict):
-                self.completion_tokens = _int(usage.get("completion_tokens"))
-                self.prompt_tokens = _int(usage.get("prompt_tokens"))
+            self.events += 1
+            if any(k in line for k in _USAGE_KEYS) or any(k in line for k in _ERROR_KEYS):
+                self._parse(line[5:].strip())
+
+    def _parse(self, data: bytes) -> None:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(event, dict):
+            return
+        err = event.get("error")
+        if err is not None and self.error is None:
+            self.error = str(err.get("message", err)) if isinstance(err, dict) else str(err)
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self.completion_tokens = _int(usage.get("completion_tokens"))
+            self.prompt_tokens = _int(usage.get("prompt_tokens"))
 
     def output_tokens(self) -> int:
         """Completion tokens: from the usage event if there was one, else one per content

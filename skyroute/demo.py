@@ -116,7 +116,9 @@ def run_demo(settings: GatewaySettings, time_scale: float = 1.0) -> None:
         if settings.admin_token
         else f"sk-adm-{secrets.token_urlsafe(24)}"
     )
-    settings = settings.model_copy(update={"api_key": SecretStr(api_key), "admin_token": SecretStr(admin)})
+    settings = settings.model_copy(
+        update={"api_key": SecretStr(api_key), "admin_token": SecretStr(admin)}
+    )
     policy = load_policy(settings.policy)
     with redis_for(settings) as live, fleet(policy, time_scale=time_scale):
         assert live.redis_url is not None

@@ -72,7 +72,8 @@ class EmbeddedRedis:
             if self._proc.poll() is not None:
                 err = self._proc.stderr.read().decode() if self._proc.stderr else ""
                 raise RuntimeError(f"embedded redis exited: {err.strip()}")
-            if _pings(self.port):
+            # Only our own server counts: another one may already hold the port.
+            if _server_pid(self.port) == self._proc.pid:
                 return self.url
             time.sleep(0.05)
         self.stop()
@@ -107,10 +108,20 @@ class EmbeddedRedis:
         self.stop()
 
 
-def _pings(port: int) -> bool:
+def _server_pid(port: int) -> int | None:
+    """The process id of the Redis server answering on ``port``, if one does."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
+            s.sendall(b"INFO server\r\n")
+            data = b""
+            while b"process_id:" not in data or not data.endswith(b"\r\n"):
+                part = s.recv(4096)
+                if not part:
+                    break
+                data += part
     except OSError:
-        return False
+        return None
+    for line in data.split(b"\r\n"):
+        if line.startswith(b"process_id:"):
+            return int(line.split(b":", 1)[1])
+    return None

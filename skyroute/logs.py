@@ -12,7 +12,7 @@ import sys
 
 import orjson
 
-_SECRET = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+[A-Za-z0-9_\-\.=]{8,})")
+_SECRET = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|bearer\s+[A-Za-z0-9_\-.=+/~]{8,})", re.IGNORECASE)
 
 
 def redact(text: str) -> str:

@@ -1,0 +1,85 @@
+"""KeyRing: bearer-key checks against hashed keys. Pure, no network."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.auth import KeyRing
+from router.errors import AuthenticationError
+
+SECRET = "sk-test-0123456789abcdef"
+OTHER = "sk-other-fedcba9876543210"
+
+
+@pytest.fixture
+def ring() -> KeyRing:
+    return KeyRing([SECRET, OTHER])
+
+
+def test_accepts_a_known_key(ring: KeyRing) -> None:
+    ring.check_bearer(f"Bearer {SECRET}")
+
+
+def test_accepts_every_configured_key(ring: KeyRing) -> None:
+    ring.check_bearer(f"Bearer {OTHER}")
+
+
+def test_accepts_the_scheme_in_any_case(ring: KeyRing) -> None:
+    ring.check_bearer(f"bearer {SECRET}")
+
+
+@pytest.mark.parametrize("header", [None, ""])
+def test_rejects_a_missing_header(ring: KeyRing, header: str | None) -> None:
+    with pytest.raises(AuthenticationError, match="didn't provide an API key"):
+        ring.check_bearer(header)
+
+
+@pytest.mark.parametrize("header", [f"Basic {SECRET}", f"Token {SECRET}", SECRET])
+def test_rejects_a_wrong_scheme(ring: KeyRing, header: str) -> None:
+    with pytest.raises(AuthenticationError, match="Incorrect Authorization header"):
+        ring.check_bearer(header)
+
+
+def test_rejects_an_empty_token(ring: KeyRing) -> None:
+    with pytest.raises(AuthenticationError, match="Incorrect Authorization header"):
+        ring.check_bearer("Bearer ")
+
+
+@pytest.mark.parametrize("token", ["sk-unknown-key", SECRET + "x", SECRET[:-1], SECRET.upper()])
+def test_rejects_an_unknown_key(ring: KeyRing, token: str) -> None:
+    with pytest.raises(AuthenticationError, match="Incorrect API key"):
+        ring.check_bearer(f"Bearer {token}")
+
+
+def test_rejection_carries_the_401_status_and_code(ring: KeyRing) -> None:
+    with pytest.raises(AuthenticationError) as info:
+        ring.check_bearer("Bearer nope")
+    assert (info.value.status, info.value.code) == (401, "invalid_api_key")
+
+
+def test_an_empty_keyring_is_falsy() -> None:
+    assert not KeyRing([])
+
+
+def test_a_keyring_of_empty_strings_is_falsy() -> None:
+    assert not KeyRing(["", ""])
+
+
+def test_a_keyring_with_a_key_is_truthy(ring: KeyRing) -> None:
+    assert ring
+
+
+@pytest.mark.parametrize("header", [f"Bearer {SECRET}", "Bearer ", "Bearer x", None])
+def test_an_empty_keyring_rejects_everything(header: str | None) -> None:
+    with pytest.raises(AuthenticationError):
+        KeyRing([]).check_bearer(header)
+
+
+def test_an_empty_keyring_rejects_an_empty_secret() -> None:
+    with pytest.raises(AuthenticationError):
+        KeyRing([""]).check("")
+
+
+def test_stores_no_plaintext_key(ring: KeyRing) -> None:
+    stored = repr(vars(ring))
+    assert (SECRET in stored, OTHER in stored) == (False, False)

@@ -1,0 +1,121 @@
+"""to_response: every skyroute error becomes one OpenAI-shaped HTTP response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from starlette.responses import Response
+
+from gateway.http_errors import error_response, to_response
+from router.errors import (
+    AuthenticationError,
+    InvalidRequest,
+    ModelNotFound,
+    NoFeasiblePool,
+    PayloadTooLarge,
+    PermissionDenied,
+    PolicyError,
+    PolicyProblem,
+    RateLimited,
+    RoutingError,
+    SkyrouteError,
+    TableError,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+    UpstreamTimeout,
+)
+
+
+def _error(response: Response) -> dict[str, Any]:
+    body = orjson.loads(bytes(response.body))
+    assert set(body) == {"error"}
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "error_type", "code", "param"),
+    [
+        (InvalidRequest("bad", param="messages"), 400, "invalid_request_error", None, "messages"),
+        (PayloadTooLarge("big"), 413, "invalid_request_error", "payload_too_large", None),
+        (AuthenticationError("who"), 401, "authentication_error", "invalid_api_key", None),
+        (PermissionDenied("no"), 403, "permission_error", "permission_denied", None),
+        (ModelNotFound("gpt-x"), 404, "invalid_request_error", "model_not_found", "model"),
+        (RateLimited("slow", retry_after_s=2), 429, "requests", "rate_limit_exceeded", None),
+        (NoFeasiblePool("slo"), 503, "service_unavailable", "no_feasible_pool", None),
+        (RoutingError("none"), 503, "service_unavailable", "no_available_pool", None),
+        (UpstreamTimeout("late"), 504, "upstream_error", "upstream_timeout", None),
+        (UpstreamError("down"), 502, "upstream_error", "upstream_error", None),
+        (UpstreamConnectError("refused"), 502, "upstream_error", "upstream_error", None),
+        (UpstreamStatusError("5xx", status=503), 502, "upstream_error", "upstream_error", None),
+        (UpstreamStreamError("cut"), 502, "upstream_error", "upstream_error", None),
+        (
+            PolicyError("p.yaml", [PolicyProblem("pools", 3, "bad")]),
+            400,
+            "invalid_request_error",
+            "invalid_policy",
+            None,
+        ),
+        (TableError("redis"), 500, "server_error", None, None),
+        (SkyrouteError("?"), 500, "server_error", None, None),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None,
+)
+def test_each_error_maps_to_its_status_type_code_and_param(
+    exc: SkyrouteError, status: int, error_type: str, code: str | None, param: str | None
+) -> None:
+    response = to_response(exc)
+    error = _error(response)
+    assert (response.status_code, error["type"], error["code"], error["param"]) == (
+        status,
+        error_type,
+        code,
+        param,
+    )
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [InvalidRequest("field x is wrong"), NoFeasiblePool("no pool meets it"), UpstreamError("e1")],
+)
+def test_the_message_is_the_errors_own(exc: SkyrouteError) -> None:
+    assert _error(to_response(exc))["message"] == str(exc)
+
+
+def test_an_unmapped_error_does_not_leak_its_message() -> None:
+    assert _error(to_response(TableError("redis at 10.0.0.5 refused")))["message"] == (
+        "internal error"
+    )
+
+
+def test_responses_are_json() -> None:
+    assert to_response(InvalidRequest("x")).media_type == "application/json"
+
+
+def test_a_rate_limit_code_override_is_kept() -> None:
+    exc = RateLimited("budget", retry_after_s=1, code="budget_exceeded")
+    assert _error(to_response(exc))["code"] == "budget_exceeded"
+
+
+@pytest.mark.parametrize(
+    ("retry_after_s", "header"),
+    [(0.0, "1"), (0.2, "1"), (1.0, "1"), (1.01, "2"), (2.5, "3"), (30.0, "30"), (-4.0, "1")],
+)
+def test_rate_limited_sets_retry_after_rounded_up_to_at_least_one(
+    retry_after_s: float, header: str
+) -> None:
+    response = to_response(RateLimited("slow", retry_after_s=retry_after_s))
+    assert response.headers["retry-after"] == header
+
+
+def test_other_errors_set_no_retry_after() -> None:
+    assert "retry-after" not in to_response(UpstreamTimeout("late")).headers
+
+
+def test_error_response_passes_extra_headers() -> None:
+    response = error_response(401, "no", headers={"WWW-Authenticate": "Bearer"})
+    assert response.headers["www-authenticate"] == "Bearer"

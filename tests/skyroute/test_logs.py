@@ -1,0 +1,91 @@
+"""Log redaction and the JSON formatter. No handlers are installed: records are
+formatted directly, so the process's logging set-up is left alone."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+import pytest
+
+from skyroute.logs import JsonFormatter, redact
+
+KEY = "sk-proj-Ab12Cd34Ef56Gh78"
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"
+
+
+def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
+    exc_info = None
+    if exc:
+        try:
+            raise RuntimeError(f"upstream rejected {KEY}")
+        except RuntimeError:
+            exc_info = sys.exc_info()
+    return logging.LogRecord(
+        "skyroute.test", logging.WARNING, __file__, 1, msg, args, exc_info=exc_info
+    )
+
+
+# -- redact ---------------------------------------------------------------------------
+
+
+def test_redact_masks_an_sk_key() -> None:
+    assert redact(f"calling with {KEY} now") == "calling with [REDACTED] now"
+
+
+def test_redact_masks_a_bearer_token() -> None:
+    assert redact(f"Authorization: Bearer {TOKEN}") == "Authorization: [REDACTED]"
+
+
+def test_redact_masks_every_secret_in_a_line() -> None:
+    text = redact(f"a={KEY} b=Bearer {TOKEN} c=sk-second0123456")
+    assert text == "a=[REDACTED] b=[REDACTED] c=[REDACTED]"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["nothing secret here", "task-sk-1 finished", "sk-short", "Bearer abc", "a bearer of news"],
+)
+def test_redact_leaves_text_without_keys_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("token_text", ["bearer Zm9vYmFyYmF6cXV4", "Bearer ab+cdEFghIJklMN/op=="])
+def test_redact_masks_bearer_tokens_in_other_spellings(token_text: str) -> None:
+    secret = token_text.split(" ", 1)[1]
+    assert secret not in redact(f"Authorization: {token_text}")
+
+
+# -- JsonFormatter --------------------------------------------------------------------
+
+
+def test_json_formatter_writes_one_json_object_on_one_line() -> None:
+    line = JsonFormatter().format(_record("hello %s", "world"))
+    assert ("\n" not in line, isinstance(orjson.loads(line), dict)) == (True, True)
+
+
+def test_json_formatter_writes_ts_level_logger_and_msg() -> None:
+    record = _record("hello %s", "world")
+    out = orjson.loads(JsonFormatter().format(record))
+    assert out == {
+        "ts": round(record.created, 3),
+        "level": "WARNING",
+        "logger": "skyroute.test",
+        "msg": "hello world",
+    }
+
+
+def test_json_formatter_masks_a_key_passed_as_an_argument() -> None:
+    line = JsonFormatter().format(_record("using key %s", KEY))
+    assert (KEY in line, orjson.loads(line)["msg"]) == (False, "using key [REDACTED]")
+
+
+def test_json_formatter_masks_a_key_in_the_exception() -> None:
+    line = JsonFormatter().format(_record("failed", exc=True))
+    out = orjson.loads(line)
+    assert (KEY in line, "RuntimeError" in out["exc"]) == (False, True)
+
+
+def test_json_formatter_writes_no_exc_without_an_exception() -> None:
+    assert "exc" not in orjson.loads(JsonFormatter().format(_record("fine")))
