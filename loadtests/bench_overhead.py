@@ -1,0 +1,388 @@
+"""Gateway overhead benchmark: the same simulated engine driven directly and through one
+gateway worker, non-streaming and streaming, closed and open loop. Prints numbers only.
+
+    python loadtests/bench_overhead.py [--quick] [--json out.json]
+
+Everything runs on 127.0.0.1: one engine at ``--time-scale 0`` (answers at once, so the
+gateway's own cost dominates), Redis (``SKYROUTE_REDIS_URL`` or an embedded one) and one
+``skyroute serve`` worker whose policy has 6 pools on aws/gcp/azure, all on that engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import psutil
+import uvloop
+import yaml
+
+from skyroute.embedded_redis import EmbeddedRedis, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "bench-model"
+UPSTREAM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+PROFILE = "h100-llama-3.1-8b"
+PROMPT = (
+    "You are a routing benchmark. Summarise in one sentence why a multi-cloud gateway "
+    "should send each request to the cheapest GPU pool that still meets its latency SLO, "
+    "and name one risk of doing so."
+)
+MAX_TOKENS = 16
+REQUEST_TIMEOUT_S = 10.0
+MAX_RPS = 50_000  # count bound of every loop: duration x this
+TARGETS = {"nonstream_rps_per_worker_min": 2000.0, "gateway_cpu_ms_per_request_max": 0.5,
+           "added_p50_ms_at_100rps_max": 1.0}  # fmt: skip
+# provider, region, GPU, instance, purchase, $/GPU-hour, tokens/s, prefill tokens/s,
+# max concurrency, TPOT ms (1 GPU per replica, Llama-3.1-8B-class goodput). Prices are in the
+# range of public list prices (on-demand or spot), not a live feed.
+POOLS = [
+    ("aws", "us-east-1", "H100", "p5.48xlarge", "on_demand", 6.88, 6000, 25000, 256, 9),
+    ("aws", "us-west-2", "A10G", "g5.xlarge", "spot", 0.4526, 450, 3500, 16, 38),
+    ("gcp", "us-central1", "L4", "g2-standard-4", "spot", 0.3973, 320, 2500, 12, 52),
+    ("gcp", "us-east4", "A100-80GB", "a2-ultragpu-1g", "on_demand", 5.0688, 2200, 16000, 64, 18),
+    ("azure", "eastus", "A100-80GB", "Standard_NC24ads_A100_v4", "on_demand", 3.673, 2200,
+     16000, 64, 18),
+    ("azure", "westus3", "H100", "Standard_NC40ads_H100_v5", "on_demand", 6.98, 6000, 25000,
+     256, 9),
+]  # fmt: skip
+RTT_MS = {
+    "aws:us-east-1": {"aws:us-east-1": 1.0, "aws:us-west-2": 62.0, "gcp:us-central1": 28.5,
+                      "gcp:us-east4": 2.4, "azure:eastus": 1.9, "azure:westus3": 58.0},
+    "gcp:us-central1": {"aws:us-east-1": 41.9, "aws:us-west-2": 38.0, "gcp:us-central1": 1.0,
+                        "gcp:us-east4": 27.0, "azure:eastus": 35.7, "azure:westus3": 44.0},
+}  # fmt: skip
+
+
+@dataclass
+class Result:
+    scenario: str
+    target: str
+    requests: int
+    errors: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    added_p50_ms: float | None = None
+    added_p99_ms: float | None = None
+    gw_cpu_ms_per_req: float | None = None
+    engine_cpu_ms_per_req: float = 0.0
+    loadgen_cpu_ms_per_req: float = 0.0
+    pools: dict[str, int] = field(default_factory=dict)
+    first_error: str = ""
+
+
+def write_policy(path: Path, engine_url: str) -> None:
+    pools = []
+    for prov, region, gpu, inst, purchase, price, tps, prefill, conc, tpot in POOLS:
+        suffix = "-spot" if purchase == "spot" else ""
+        pools.append({
+            "id": f"{prov}:{region}:{gpu.lower()}-bench{suffix}", "provider": prov,
+            "region": region, "model": MODEL, "upstream_model": UPSTREAM_MODEL,
+            "gpu_type": gpu, "gpus_per_replica": 1, "endpoints": [engine_url],
+            "price": {"source": "policy", "instance_type": inst, "purchase": purchase,
+                      "usd_per_gpu_hour": price},
+            "goodput": {"tokens_per_s": tps, "prefill_tokens_per_s": prefill,
+                        "max_concurrency": conc, "tpot_ms": tpot},
+            "replicas": {"min": 0, "max": 8, "initial": 2},
+        })  # fmt: skip
+    policy = {
+        "version": 1,
+        "slo_classes": {"interactive": {"ttft_ms": 800, "tpot_ms": 60},
+                        "batch": {"ttft_ms": 30000, "tpot_ms": 500}},
+        "models": {MODEL: {"kind": "chat", "default_slo": "interactive",
+                           "expected_output_tokens": 129}},
+        "pools": pools,
+        "client_regions": {name: {"rtt_ms": rtt} for name, rtt in RTT_MS.items()},
+        "routing": {"default_client_region": "aws:us-east-1", "fallback": "fastest",
+                    "near_tie": 0.02, "max_attempts": 3},
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+
+
+def wait_http(url: str, deadline_s: float, proc: subprocess.Popen[bytes], want: bytes) -> None:
+    """Poll ``url`` until it answers 200 with ``want`` in the body. Raises RuntimeError."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as resp:
+                if resp.status == 200 and want in resp.read():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready within {deadline_s:.0f} s")
+
+
+def cpu_s(proc: psutil.Process) -> float:
+    return float(sum(proc.cpu_times()[:2]))  # user + system
+
+
+@dataclass
+class Load:
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    stream: bool
+    pools: Counter[str] | None = None
+
+
+class Tally:
+    """Latencies (s) of complete 200 answers and a count of everything else."""
+
+    def __init__(self) -> None:
+        self.lat: list[float] = []
+        self.errors = 0
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        self.first_error = ""
+
+    async def send(self, session: aiohttp.ClientSession, load: Load, t0: float) -> None:
+        """Send one request and read the whole body; latency counts from ``t0``."""
+        try:
+            async with session.post(load.url, data=load.body, headers=load.headers) as resp:
+                data = await resp.read()
+                if load.pools is not None:
+                    load.pools[resp.headers.get("x-skyroute-pool", "?")] += 1
+                ok = resp.status == 200 and (not load.stream or b"data: [DONE]" in data)
+                problem = "" if ok else f"HTTP {resp.status}: {data[-300:]!r}"
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            ok, problem = False, repr(exc)
+        if ok:
+            self.lat.append(time.perf_counter() - t0)
+        else:
+            self.errors += 1
+            self.first_error = self.first_error or problem
+
+
+async def closed_loop(
+    session: aiohttp.ClientSession, load: Load, concurrency: int, seconds: float
+) -> Tally:
+    """``concurrency`` workers back to back until time or count runs out."""
+    tally = Tally()
+    deadline, cap = tally.start + seconds, int(seconds * MAX_RPS)
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline and len(tally.lat) + tally.errors < cap:
+            await tally.send(session, load, time.perf_counter())
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    tally.seconds = time.perf_counter() - tally.start
+    return tally
+
+
+async def open_loop(
+    session: aiohttp.ClientSession, load: Load, rate: float, seconds: float
+) -> Tally:
+    """``rate`` requests/s for ``seconds``; latency counts from each scheduled send time."""
+    tally = Tally()
+    tasks: list[asyncio.Task[None]] = []
+    for i in range(int(rate * seconds)):
+        scheduled = tally.start + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(tally.send(session, load, scheduled)))
+    _, pending = await asyncio.wait(tasks, timeout=REQUEST_TIMEOUT_S + 1)
+    for task in pending:
+        task.cancel()
+    tally.errors += len(pending)
+    tally.seconds = time.perf_counter() - tally.start
+    return tally
+
+
+async def measure(
+    scenario: str, target: str, load: Load, args: argparse.Namespace,
+    gateway: psutil.Process, engine: psutil.Process,
+) -> Result:  # fmt: skip
+    me = psutil.Process()
+    connector = aiohttp.TCPConnector(limit=args.concurrency, keepalive_timeout=60)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await closed_loop(session, load, args.concurrency, args.warmup)
+        if load.pools is not None:
+            load.pools.clear()
+        g0, e0, m0 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
+        if scenario.startswith("closed"):
+            t = await closed_loop(session, load, args.concurrency, args.duration)
+        else:
+            t = await open_loop(session, load, args.rate, args.duration)
+        g1, e1, m1 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
+    n = max(len(t.lat), 1)
+    p50, p99 = np.percentile(np.array(t.lat or [0.0]) * 1000.0, [50, 99])
+    return Result(
+        scenario, target, len(t.lat), t.errors, round(t.seconds, 3),
+        round(len(t.lat) / t.seconds, 1),
+        round(float(p50), 3), round(float(p99), 3),
+        gw_cpu_ms_per_req=round((g1 - g0) * 1000 / n, 4) if target == "gateway" else None,
+        engine_cpu_ms_per_req=round((e1 - e0) * 1000 / n, 4),
+        loadgen_cpu_ms_per_req=round((m1 - m0) * 1000 / n, 4),
+        pools=dict(load.pools or {}), first_error=t.first_error,
+    )  # fmt: skip
+
+
+async def run_all(
+    args: argparse.Namespace, engine_url: str, gw_url: str, api_key: str,
+    gateway: psutil.Process, engine: psutil.Process,
+) -> list[Result]:  # fmt: skip
+    def body(model: str, stream: bool) -> bytes:
+        payload = {"model": model, "messages": [{"role": "user", "content": PROMPT}],
+                   "max_tokens": MAX_TOKENS, "stream": stream}  # fmt: skip
+        return json.dumps(payload).encode()
+
+    json_ct = {"content-type": "application/json"}
+    gw_headers = {**json_ct, "authorization": f"Bearer {api_key}"}
+    results: list[Result] = []
+    for shape in ("closed", "open"):
+        for stream in (False, True):
+            scenario = f"{shape}_{'stream' if stream else 'nonstream'}"
+            path = "/v1/chat/completions"
+            direct = Load(engine_url + path, json_ct, body(UPSTREAM_MODEL, stream), stream)
+            via = Load(gw_url + path, gw_headers, body(MODEL, stream), stream, Counter())
+            d = await measure(scenario, "direct", direct, args, gateway, engine)
+            g = await measure(scenario, "gateway", via, args, gateway, engine)
+            g.added_p50_ms = round(g.p50_ms - d.p50_ms, 3)
+            g.added_p99_ms = round(g.p99_ms - d.p99_ms, 3)
+            results += [d, g]
+            print(f"  done {scenario}: direct {d.rps:.0f} req/s, gateway {g.rps:.0f} req/s",
+                  flush=True)  # fmt: skip
+    return results
+
+
+def report(
+    args: argparse.Namespace, results: list[Result], rss_mb: float, idle: float
+) -> list[str]:
+    def fmt(v: float | None, spec: str = ".2f") -> str:
+        return "-" if v is None else format(v, spec)
+
+    shape = {"closed": f"closed c={args.concurrency}", "open": f"open {args.rate:g}/s"}
+    cols = ["scenario", "target", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms",
+            "gw CPU ms/req", "errors"]  # fmt: skip
+    rows = [
+        [f"{shape[r.scenario.split('_')[0]]} {r.scenario.split('_')[1]}", r.target,
+         f"{r.rps:.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", fmt(r.added_p50_ms),
+         fmt(r.added_p99_ms), fmt(r.gw_cpu_ms_per_req, ".3f"), str(r.errors)]
+        for r in results
+    ]  # fmt: skip
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
+    print("\n" + " | ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    print(f"\ngateway RSS at end: {rss_mb:.1f} MB; idle CPU (background loops) {idle} ms/s")
+    for r in results:
+        who = "engine" if r.target == "direct" else "engine (via gw)"
+        print(f"  {r.scenario:16} {who:16} CPU {r.engine_cpu_ms_per_req:.3f} ms/req; "
+              f"load generator {r.loadgen_cpu_ms_per_req:.3f} ms/req"
+              + (f"; pools {r.pools}" if r.pools else ""))  # fmt: skip
+    print(
+        "\nDESIGN targets (context, not asserted): >= {:.0f} non-streaming req/s per worker, "
+        "<= {} ms gateway CPU/request, added p50 <= {} ms at 100 req/s".format(*TARGETS.values())
+    )
+    by = {(r.scenario, r.target): r.rps for r in results}
+    warnings = [
+        f"WARNING: {s}: direct {by[(s, 'direct')]:.0f} req/s < 1.5 x gateway "
+        f"{by[(s, 'gateway')]:.0f} req/s: the numbers are load-generator-bound"
+        for s in ("closed_nonstream", "closed_stream")
+        if by[(s, "direct")] < 1.5 * by[(s, "gateway")]
+    ]  # fmt: skip
+    warnings += [f"first error of {r.scenario}/{r.target}: {r.first_error}"
+                 for r in results if r.first_error]  # fmt: skip
+    for line in warnings:
+        print(line)
+    return warnings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
+    parser.add_argument("--json", type=Path, help="write all numbers to this file")
+    parser.add_argument("--concurrency", type=int, help="closed-loop concurrency (64; quick 16)")
+    parser.add_argument("--duration", type=float, help="seconds per phase (10; quick 2)")
+    parser.add_argument("--rate", type=float, help="open-loop req/s (100; quick 50)")
+    args = parser.parse_args()
+    args.concurrency = args.concurrency or (16 if args.quick else 64)
+    args.duration = args.duration or (2.0 if args.quick else 10.0)
+    args.rate = args.rate or (50.0 if args.quick else 100.0)
+    args.warmup = 1.0 if args.quick else 2.0
+
+    procs: list[subprocess.Popen[bytes]] = []
+    redis: EmbeddedRedis | None = None
+    tmp = tempfile.TemporaryDirectory(prefix="skyroute-bench-")
+    try:
+        redis_url = os.environ.get("SKYROUTE_REDIS_URL")
+        if not redis_url:
+            redis = EmbeddedRedis()
+            redis_url = redis.start()
+        engine_port, gw_port = free_port(), free_port()
+        engine_url, gw_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gw_port}"
+        policy = Path(tmp.name) / "bench-policy.yaml"
+        write_policy(policy, engine_url)
+        api_key = f"sk-bench-{secrets.token_urlsafe(16)}"
+        env = {
+            **os.environ, "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(gw_port),
+            "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_API_KEY": api_key,
+            "SKYROUTE_ADMIN_TOKEN": f"sk-adm-{secrets.token_urlsafe(16)}",
+            "SKYROUTE_POLICY": str(policy), "SKYROUTE_LOG_LEVEL": "WARNING",
+            "SKYROUTE_REDIS_PREFIX": f"bench{secrets.token_hex(4)}",
+        }  # fmt: skip
+        engine_cmd = [sys.executable, "-m", "adapters.engine", "--port", str(engine_port),
+                      "--profile", PROFILE, "--model", UPSTREAM_MODEL, "--time-scale", "0",
+                      "--log-level", "WARNING"]  # fmt: skip
+        procs.append(subprocess.Popen(engine_cmd, cwd=ROOT, env=env))
+        wait_http(engine_url + "/health", 30, procs[-1], b"")
+        gw_cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
+        procs.append(subprocess.Popen(gw_cmd, cwd=ROOT, env=env))
+        wait_http(gw_url + "/readyz", 30, procs[-1], b'"ready"')
+        engine, gateway = psutil.Process(procs[0].pid), psutil.Process(procs[1].pid)
+        g0 = cpu_s(gateway)
+        time.sleep(args.warmup)  # the background loops' cost, spread over every request
+        idle = round((cpu_s(gateway) - g0) * 1000 / args.warmup, 1)
+        print(f"engine {engine_url} (pid {engine.pid}), gateway {gw_url} (pid {gateway.pid}), "
+              f"redis {redis_url}; concurrency {args.concurrency}, {args.duration:g} s/phase, "
+              f"open loop {args.rate:g} req/s", flush=True)  # fmt: skip
+        results = uvloop.run(run_all(args, engine_url, gw_url, api_key, gateway, engine))
+        rss_mb = gateway.memory_info().rss / 2**20
+        warnings = report(args, results, rss_mb, idle)
+        if args.json:
+            out = {"config": {k: v for k, v in vars(args).items() if k != "json"},
+                   "targets": TARGETS, "gateway_rss_mb": round(rss_mb, 1),
+                   "gateway_idle_cpu_ms_per_s": idle,
+                   "warnings": warnings, "results": [asdict(r) for r in results]}  # fmt: skip
+            args.json.write_text(json.dumps(out, indent=2))
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if redis is not None:
+            redis.stop()
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
