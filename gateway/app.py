@@ -9,16 +9,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from adapters.upstream import UpstreamClient
-from gateway import http_errors
+from gateway import http_errors, openapi_schemas
 from gateway.context import build_gateway
 from gateway.probe import probe_loop
 from gateway.proxy import Forwarder
 from gateway.routes_admin import admin_router
-from gateway.routes_openai import openai_router
+from gateway.routes_openai import openai_routes
 from gateway.routes_ops import ops_router
 from gateway.settings import GatewaySettings
 
@@ -73,7 +75,21 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     )
     app.state.gateway = gw
     http_errors.install(app)
-    app.include_router(openai_router(gw))
+    app.router.routes.extend(openai_routes(gw))
     app.include_router(admin_router(gw))
     app.include_router(ops_router(gw))
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            schema["paths"] = {**openapi_schemas.paths(), **schema.get("paths", {})}
+            schema.setdefault("components", {})["securitySchemes"] = (
+                openapi_schemas.security_schemes()
+            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -1,7 +1,8 @@
-"""OpenAPI request-body schemas for the OpenAI routes.
+"""OpenAPI description of the OpenAI routes.
 
-The handlers parse bodies with orjson for speed (``gateway.openai_request``); these
-schemas document the same contract for clients and for schema-driven testing.
+The handlers are plain Starlette routes that parse bodies with orjson for speed
+(``gateway.openai_request``); this module documents the same contract, request and
+response, for clients and for schema-driven testing.
 """
 
 from __future__ import annotations
@@ -31,9 +32,55 @@ _COMMON = {
 }
 
 
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+_ERRORS = {
+    str(status): {"description": text, "content": {"application/json": {"schema": _ERROR}}}
+    for status, text in (
+        (400, "Malformed request"),
+        (401, "Missing or wrong API key"),
+        (404, "Unknown model"),
+        (413, "Body too large"),
+        (502, "Every upstream attempt failed"),
+        (503, "No pool can take the request"),
+        (504, "Upstream timed out"),
+    )
+}
+_SECURITY: list[dict[str, list[str]]] = [{"bearerAuth": []}]
+
+
 def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     schema = {"type": "object", "required": required, "properties": {**_COMMON, **properties}}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _post(summary: str, body: dict[str, Any], streams: bool) -> dict[str, Any]:
+    content: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+    if streams:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    ok = {"description": "Routed response, with x-skyroute-* headers", "content": content}
+    return {
+        "post": {
+            "summary": summary,
+            "security": _SECURITY,
+            **body,
+            "responses": {"200": ok, **_ERRORS},
+        }
+    }
 
 
 CHAT = _body(
@@ -51,3 +98,30 @@ EMBEDDING = _body(
     ["model", "input"],
     {"input": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}},
 )
+
+
+def paths() -> dict[str, Any]:
+    """OpenAPI ``paths`` entries of the OpenAI routes."""
+    models_ok = {
+        "description": "The models this policy serves",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+    return {
+        "/v1/chat/completions": _post("Chat completion, streamed (SSE) or not", CHAT, streams=True),
+        "/v1/completions": _post(
+            "Text completion, streamed (SSE) or not", COMPLETION, streams=True
+        ),
+        "/v1/embeddings": _post("Embeddings", EMBEDDING, streams=False),
+        "/v1/models": {
+            "get": {
+                "summary": "List models",
+                "security": _SECURITY,
+                "responses": {"200": models_ok, "401": _ERRORS["401"]},
+            }
+        },
+    }
+
+
+def security_schemes() -> dict[str, Any]:
+    """The bearer-token scheme every /v1 route uses."""
+    return {"bearerAuth": {"type": "http", "scheme": "bearer"}}

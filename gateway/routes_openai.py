@@ -10,10 +10,10 @@ import time
 import uuid
 
 import orjson
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
-from gateway import openapi_schemas
 from gateway.context import Gateway
 from gateway.openai_request import Operation, ParsedRequest, parse_request
 from router.errors import InvalidRequest, ModelNotFound, PayloadTooLarge
@@ -74,9 +74,13 @@ def route_request(gw: Gateway, parsed: ParsedRequest, request: Request) -> Route
     )
 
 
-def openai_router(gw: Gateway) -> APIRouter:
-    """Routes under ``/v1``; each needs ``Authorization: Bearer <api key>``."""
-    router = APIRouter(prefix="/v1", tags=["openai"])
+def openai_routes(gw: Gateway) -> list[Route]:
+    """Routes under ``/v1``; each needs ``Authorization: Bearer <api key>``.
+
+    Plain Starlette routes, not FastAPI ones: FastAPI's per-request dependency solving
+    (query parsing, cookies) cost about as much CPU as the whole routing decision. The
+    OpenAPI document describes them through ``gateway.openapi_schemas``.
+    """
 
     async def handle(request: Request, operation: Operation, path: str) -> Response:
         received = time.perf_counter()
@@ -91,24 +95,16 @@ def openai_router(gw: Gateway) -> APIRouter:
         response.headers["x-request-id"] = request_id[:128]
         return response
 
-    @router.post("/chat/completions", openapi_extra=openapi_schemas.CHAT)
     async def chat_completions(request: Request) -> Response:
-        """Chat completion, streamed (SSE) or not."""
         return await handle(request, Operation.CHAT, "/v1/chat/completions")
 
-    @router.post("/completions", openapi_extra=openapi_schemas.COMPLETION)
     async def completions(request: Request) -> Response:
-        """Text completion, streamed (SSE) or not."""
         return await handle(request, Operation.COMPLETION, "/v1/completions")
 
-    @router.post("/embeddings", openapi_extra=openapi_schemas.EMBEDDING)
     async def embeddings(request: Request) -> Response:
-        """Embeddings."""
         return await handle(request, Operation.EMBEDDING, "/v1/embeddings")
 
-    @router.get("/models")
     async def models(request: Request) -> Response:
-        """Every model the running policy serves."""
         gw.client_keys.check_bearer(request.headers.get("authorization"))
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "skyroute"}
@@ -118,4 +114,9 @@ def openai_router(gw: Gateway) -> APIRouter:
             orjson.dumps({"object": "list", "data": data}), media_type="application/json"
         )
 
-    return router
+    return [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+    ]

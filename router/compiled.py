@@ -35,6 +35,8 @@ class CompiledPolicy:
     by_model: Mapping[str, IntArray]
     # Client region -> RTT in ms to every pool; +inf where the region may not use it.
     rtt_ms: Mapping[str, FloatArray]
+    # (client region, model) -> RTT in ms to each of the model's pools (by_model order).
+    model_rtt_ms: Mapping[tuple[str, str], FloatArray]
     slo: Mapping[str, SLOClass]
 
     @property
@@ -61,6 +63,12 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
     rtt: dict[str, FloatArray] = {}
     for name, region in policy.client_regions.items():
         rtt[name] = arr([region.rtt_ms.get(p.location, np.inf) for p in pools])
+    model_rtt: dict[tuple[str, str], FloatArray] = {}
+    for region_name, region_rtt in rtt.items():
+        for model_name, members in by_model.items():
+            sub = region_rtt[members]
+            sub.setflags(write=False)
+            model_rtt[(region_name, model_name)] = sub
     nan = float("nan")
     return CompiledPolicy(
         policy=policy,
@@ -82,6 +90,7 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
         ),
         by_model=by_model,
         rtt_ms=rtt,
+        model_rtt_ms=model_rtt,
         slo=dict(policy.slo_classes),
     )
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from router.compiled import CompiledPolicy, usd_per_token
+from router.compiled import CompiledPolicy
 from router.errors import ModelNotFound
 from router.snapshot import Snapshot
 from router.types import BoolArray, FloatArray, IntArray
@@ -57,25 +58,91 @@ class RankedPool:
     reason: str
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(frozen=True, eq=False)
 class Ranking:
-    """The router's answer. ``order`` lists pool indices to try, best first."""
+    """The router's answer. ``order`` lists pool indices (into ``pool_ids``) to try,
+    best first. The per-pool arrays are indexed like ``pool_ids``; pools that do not
+    serve the model hold +inf / False there.
+
+    Only ``order`` and the request's numbers are computed on the request path; the
+    full-width arrays and the reasons are built on first access (explain, tests).
+    """
 
     request: RouteRequest
     pool_ids: tuple[str, ...]
     candidates: IntArray
     order: IntArray
     n_feasible: int
-    eligible: BoolArray
-    feasible: BoolArray
-    ttft_ms: FloatArray
-    tpot_ms: FloatArray
-    cost_usd: FloatArray
-    load: FloatArray
-    why_ineligible: tuple[str, ...]
     slo_ttft_ms: float
     slo_tpot_ms: float
     near_tie: float
+    # Arrays over ``candidates`` (the model's pools), in policy order.
+    local_ttft_ms: FloatArray
+    local_tpot_ms: FloatArray
+    local_cost_usd: FloatArray
+    local_load: FloatArray
+    local_eligible: BoolArray
+    local_feasible: BoolArray
+    local_region_ok: BoolArray
+    local_available: BoolArray
+    local_has_capacity: BoolArray
+    pool_states: tuple[str, ...]
+
+    def _wide(self, local: FloatArray, fill: float) -> FloatArray:
+        out = np.full(len(self.pool_ids), fill)
+        out[self.candidates] = local
+        return out
+
+    def _wide_bool(self, local: BoolArray) -> BoolArray:
+        out = np.zeros(len(self.pool_ids), dtype=np.bool_)
+        out[self.candidates] = local
+        return out
+
+    @cached_property
+    def ttft_ms(self) -> FloatArray:
+        """Predicted TTFT per pool, ms."""
+        return self._wide(self.local_ttft_ms, np.inf)
+
+    @cached_property
+    def tpot_ms(self) -> FloatArray:
+        """Predicted TPOT per pool, ms."""
+        return self._wide(self.local_tpot_ms, np.inf)
+
+    @cached_property
+    def cost_usd(self) -> FloatArray:
+        """Estimated cost of the request per pool, USD (inf without a price)."""
+        return self._wide(self.local_cost_usd, np.inf)
+
+    @cached_property
+    def load(self) -> FloatArray:
+        """(in flight + 1) / batch slots per pool."""
+        return self._wide(self.local_load, np.inf)
+
+    @cached_property
+    def eligible(self) -> BoolArray:
+        """Serves the model, region allowed, available and with ready replicas."""
+        return self._wide_bool(self.local_eligible)
+
+    @cached_property
+    def feasible(self) -> BoolArray:
+        """Eligible, priced, and predicted to meet the SLO class."""
+        return self._wide_bool(self.local_feasible)
+
+    @cached_property
+    def why_ineligible(self) -> tuple[str, ...]:
+        """Per pool, why it may not take the request ('' if it may)."""
+        why = [""] * len(self.pool_ids)
+        for j, i in enumerate(self.candidates):
+            if not self.local_region_ok[j]:
+                why[i] = "region not allowed for this client"
+            elif not self.local_available[j]:
+                state = self.pool_states[j]
+                why[i] = (
+                    "ejected by this gateway replica" if state == "healthy" else f"pool {state}"
+                )
+            elif not self.local_has_capacity[j]:
+                why[i] = "no ready replicas"
+        return tuple(why)
 
     @property
     def reason(self) -> str:
@@ -146,105 +213,81 @@ def rank(
 
     ``local_inflight`` (requests, aligned with the policy) is this gateway replica's own
     in-flight count, fresher than the snapshot's sum over the other replicas.
-    An unknown client region or SLO class falls back to the policy defaults.
+    ``local_blocked`` marks pools this replica has ejected but the snapshot does not
+    show yet. An unknown client region or SLO class falls back to the policy defaults.
     """
-    members = policy.by_model.get(request.model)
-    if members is None:
+    view = snapshot.views.get(request.model)
+    if view is None:
         raise ModelNotFound(request.model)
     pol = policy.policy
-    slo = policy.slo.get(request.slo_class) or policy.slo[pol.models[request.model].default_slo]
-    rtt_all = policy.rtt_ms.get(request.client_region)
-    if rtt_all is None:
-        rtt_all = policy.rtt_ms[pol.routing.default_client_region]
+    spec = pol.models[request.model]
+    slo = policy.slo.get(request.slo_class) or policy.slo[spec.default_slo]
+    rtt = policy.model_rtt_ms.get((request.client_region, request.model))
+    if rtt is None:
+        rtt = policy.model_rtt_ms[(pol.routing.default_client_region, request.model)]
     out_tokens = request.max_output_tokens
     if out_tokens is None:
-        out_tokens = pol.models[request.model].expected_output_tokens
+        out_tokens = spec.expected_output_tokens
+    m = view.members
 
-    n = policy.size
-    inflight = snapshot.inflight if local_inflight is None else snapshot.inflight + local_inflight
-    m = members
-    rtt = rtt_all[m]
-    ready = snapshot.ready[m]
-    slots = ready * policy.concurrency[m]
-    measured_tpot = snapshot.tpot_ms[m]
-    tpot = np.where(np.isnan(measured_tpot), policy.tpot_ms[m], measured_tpot)
-    prefill = request.prompt_tokens / policy.prefill_tps[m] * 1000.0
+    inflight = view.inflight if local_inflight is None else view.inflight + local_inflight[m]
+    prefill = request.prompt_tokens * view.prefill_ms_per_token
     # A request beyond the batch slots waits for a fraction of one service time per
     # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
     # requests ahead are priced at the model's typical output, not at this one's.
-    typical_out = pol.models[request.model].expected_output_tokens
-    service_ms = prefill + typical_out * tpot
-    with np.errstate(divide="ignore", invalid="ignore"):
-        load = np.where(slots > 0, (inflight[m] + 1.0) / slots, np.inf)
-        queued = np.maximum(inflight[m] + 1.0 - slots, 0.0)
-        wait = np.where(slots > 0, queued * service_ms / slots, np.inf)
-    ttft = rtt + wait + prefill
+    service_ms = prefill + spec.expected_output_tokens * view.tpot_ms
+    queued = np.maximum(inflight + view.one_minus_slots, 0.0)
+    ttft = rtt + queued * service_ms * view.inv_slots + prefill
+    load = (inflight + 1.0) * view.inv_slots
 
     region_ok = np.isfinite(rtt)
     if request.allowed_regions is not None:
         locs = policy.regions
-        region_ok &= np.asarray([locs[i] in request.allowed_regions for i in m], dtype=np.bool_)
-    available = snapshot.available[m]
+        region_ok = region_ok & np.asarray(
+            [locs[i] in request.allowed_regions for i in m], dtype=np.bool_
+        )
+    available = view.available
     if local_blocked is not None:
         available = available & ~local_blocked[m]
-    has_capacity = ready > 0
-    eligible = region_ok & available & has_capacity
-    price = snapshot.usd_per_gpu_hour[m]
-    cost = (request.prompt_tokens + out_tokens) * usd_per_token(
-        price, policy.gpus[m], policy.goodput_tps[m]
-    )
-    cost = np.where(np.isnan(cost), np.inf, cost)
-    feasible = eligible & (ttft <= slo.ttft_ms) & (tpot <= slo.tpot_ms) & np.isfinite(cost)
+    eligible = region_ok & available & view.has_capacity
+    cost = (request.prompt_tokens + out_tokens) * view.usd_per_token
+    feasible = eligible & (ttft <= slo.ttft_ms) & (view.tpot_ms <= slo.tpot_ms) & view.priced
 
-    n_feasible = int(feasible.sum())
-    if n_feasible:
+    n_feasible = int(np.count_nonzero(feasible))
+    if n_feasible == 1:
+        local_order = np.flatnonzero(feasible)
+    elif n_feasible:
         cheapest = cost[feasible].min()
         tie = feasible & (cost <= cheapest * (1.0 + pol.routing.near_tie))
         group = np.where(tie, 0, np.where(feasible, 1, 2))
         secondary = np.where(tie, load, np.where(feasible, cost, ttft))
+        local_order = np.lexsort((secondary, group))
+        local_order = local_order[group[local_order] < 2]
     else:
-        group = np.where(eligible, 2, 3)
-        secondary = ttft
-    include = feasible | (eligible & (pol.routing.fallback == "fastest"))
-    local_order = np.lexsort((secondary, group))
-    local_order = local_order[include[local_order]]
-
-    def full(values: FloatArray, fill: float) -> FloatArray:
-        out = np.full(n, fill)
-        out[m] = values
-        return out
-
-    def full_bool(values: BoolArray) -> BoolArray:
-        out = np.zeros(n, dtype=np.bool_)
-        out[m] = values
-        return out
-
-    why = [""] * n
-    for j, i in enumerate(m):
-        if not region_ok[j]:
-            why[i] = "region not allowed for this client"
-        elif not available[j]:
-            why[i] = (
-                f"pool {snapshot.rows[policy.pool_ids[i]].state.value}"
-                if snapshot.rows
-                else "unavailable"
+        local_order = np.empty(0, dtype=np.intp)
+    if pol.routing.fallback == "fastest":
+        fallback = np.flatnonzero(eligible & ~feasible)
+        if len(fallback):
+            local_order = np.concatenate(
+                (local_order, fallback[np.argsort(ttft[fallback], kind="stable")])
             )
-        elif not has_capacity[j]:
-            why[i] = "no ready replicas"
     return Ranking(
         request=request,
         pool_ids=policy.pool_ids,
         candidates=m,
         order=m[local_order],
         n_feasible=n_feasible,
-        eligible=full_bool(eligible),
-        feasible=full_bool(feasible),
-        ttft_ms=full(ttft, np.inf),
-        tpot_ms=full(tpot, np.inf),
-        cost_usd=full(cost, np.inf),
-        load=full(load, np.inf),
-        why_ineligible=tuple(why),
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
         near_tie=pol.routing.near_tie,
+        local_ttft_ms=ttft,
+        local_tpot_ms=view.tpot_ms,
+        local_cost_usd=cost,
+        local_load=load,
+        local_eligible=eligible,
+        local_feasible=feasible,
+        local_region_ok=region_ok,
+        local_available=available,
+        local_has_capacity=view.has_capacity,
+        pool_states=view.states,
     )

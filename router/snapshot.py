@@ -12,8 +12,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from router.compiled import CompiledPolicy
-from router.types import BoolArray, FloatArray
+from router.compiled import CompiledPolicy, usd_per_token
+from router.types import BoolArray, FloatArray, IntArray
 
 
 class PoolState(StrEnum):
@@ -53,6 +53,58 @@ class PoolRow:
 
 
 @dataclass(frozen=True, eq=False)
+class ModelView:
+    """What routing needs about one model's pools, precomputed once per snapshot so the
+    request path does as few vector operations as possible. Arrays follow ``members``.
+
+    ``inv_slots`` is 1 / batch slots (0 where a pool has no ready replica: such a pool is
+    not eligible anyway); ``one_minus_slots`` is 1 - slots. ``usd_per_token`` is +inf
+    where no price is known, and then ``priced`` is False.
+    """
+
+    members: IntArray
+    inflight: FloatArray
+    tpot_ms: FloatArray
+    prefill_ms_per_token: FloatArray
+    inv_slots: FloatArray
+    one_minus_slots: FloatArray
+    usd_per_token: FloatArray
+    priced: BoolArray
+    available: BoolArray
+    has_capacity: BoolArray
+    states: tuple[str, ...]
+
+
+def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
+    tpot = np.where(np.isnan(snap.tpot_ms), policy.tpot_ms, snap.tpot_ms)
+    slots = snap.ready * policy.concurrency
+    has_capacity = snap.ready > 0
+    inv_slots = np.divide(1.0, slots, out=np.zeros_like(slots), where=slots > 0)
+    per_token = usd_per_token(snap.usd_per_gpu_hour, policy.gpus, policy.goodput_tps)
+    priced = np.isfinite(per_token) & (per_token > 0)
+    per_token = np.where(priced, per_token, np.inf)
+    states = [
+        snap.rows[pid].state.value if pid in snap.rows else "healthy" for pid in policy.pool_ids
+    ]
+    out: dict[str, ModelView] = {}
+    for model, m in policy.by_model.items():
+        out[model] = ModelView(
+            members=m,
+            inflight=snap.inflight[m],
+            tpot_ms=tpot[m],
+            prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
+            inv_slots=inv_slots[m],
+            one_minus_slots=1.0 - slots[m],
+            usd_per_token=per_token[m],
+            priced=priced[m],
+            available=snap.available[m],
+            has_capacity=has_capacity[m],
+            states=tuple(states[i] for i in m),
+        )
+    return out
+
+
+@dataclass(frozen=True, eq=False)
 class Snapshot:
     """Live arrays aligned with ``pool_ids`` of the policy they were built for.
 
@@ -73,6 +125,7 @@ class Snapshot:
     usd_per_gpu_hour: FloatArray
     taken_at_s: float
     rows: Mapping[str, PoolRow] = field(default_factory=dict)
+    views: Mapping[str, ModelView] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -98,7 +151,7 @@ class Snapshot:
             # An ejection whose writer died must not last forever: it ends at until_s.
             return r.state is PoolState.EJECTED and r.health_until_s > taken_at_s
 
-        return cls(
+        snap = cls(
             pool_ids=policy.pool_ids,
             ttft_ms=col([r.ttft_ewma_ms for r in ordered]),
             tpot_ms=col([r.tpot_ewma_ms for r in ordered]),
@@ -110,6 +163,8 @@ class Snapshot:
             taken_at_s=taken_at_s,
             rows={pid: r for pid, r in zip(policy.pool_ids, ordered, strict=True)},
         )
+        object.__setattr__(snap, "views", _views(policy, snap))
+        return snap
 
     @classmethod
     def empty(cls, policy: CompiledPolicy) -> Snapshot:
