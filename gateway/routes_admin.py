@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.context import Gateway
-from router.errors import PolicyError
+from router.errors import PolicyError, TableError
 
 
 def _num(value: float) -> float | None:
@@ -55,9 +57,16 @@ def admin_router(gw: Gateway) -> APIRouter:
         authorize(request)
         snap = gw.state.snapshot
         policy = gw.state.policy
+        # Percentiles are not in the routing snapshot; read them live, and fall back to
+        # the snapshot's rows when Redis is unreachable.
+        rows = dict(snap.rows)
+        with contextlib.suppress(TableError):
+            rows = await gw.tables.read(
+                policy.pool_ids, int(time.time() * 1000), gw.settings.replica_ttl_ms
+            )
         out = []
         for i, spec in enumerate(policy.policy.pools):
-            row = snap.rows.get(spec.id)
+            row = rows.get(spec.id)
             out.append(
                 {
                     "id": spec.id,
@@ -71,6 +80,10 @@ def admin_router(gw: Gateway) -> APIRouter:
                     "rtt_ms": _num(row.rtt_ms) if row else None,
                     "ttft_ewma_ms": _num(float(snap.ttft_ms[i])),
                     "tpot_ewma_ms": _num(float(snap.tpot_ms[i])),
+                    "ttft_p50_ms": _num(row.ttft_p50_ms) if row else None,
+                    "ttft_p99_ms": _num(row.ttft_p99_ms) if row else None,
+                    "tpot_p50_ms": _num(row.tpot_p50_ms) if row else None,
+                    "tpot_p99_ms": _num(row.tpot_p99_ms) if row else None,
                     "usd_per_gpu_hour": _num(float(snap.usd_per_gpu_hour[i])),
                     "price_source": (
                         row.price_source if row and row.price_source else spec.price.source

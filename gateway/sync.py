@@ -72,6 +72,7 @@ class TableSync:
             int(now * 1000),
             self.replica_ttl_ms,
             exclude_replica=self.replica_id,
+            with_samples=False,
         )
         self.state.swap_snapshot(rows, now)
 

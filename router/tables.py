@@ -240,13 +240,21 @@ class LiveTables:
 
     # -- the snapshot read -----------------------------------------------------------------
     async def read(
-        self, pool_ids: Iterable[str], now_ms: int, replica_ttl_ms: int, exclude_replica: str = ""
+        self,
+        pool_ids: Iterable[str],
+        now_ms: int,
+        replica_ttl_ms: int,
+        exclude_replica: str = "",
+        *,
+        with_samples: bool = True,
     ) -> dict[str, PoolRow]:
         """Read every table for ``pool_ids`` in one pipelined round-trip.
 
         In-flight counts are summed over replicas that sent a heartbeat within
         ``replica_ttl_ms``, leaving out ``exclude_replica``. Unreadable fields come
-        back as 'not known' (NaN).
+        back as 'not known' (NaN). ``with_samples=False`` skips the sample lists (and
+        so the percentiles), which routing does not use: the gateway's 10-per-second
+        refresh reads only what routing needs.
         """
         ids = list(pool_ids)
         pipe = self.redis.pipeline(transaction=False)
@@ -257,8 +265,9 @@ class LiveTables:
         )
         for pid in ids:
             pipe.hgetall(self._pool(pid, "stats"))
-            pipe.lrange(self._pool(pid, "ttft"), 0, -1)
-            pipe.lrange(self._pool(pid, "tpot"), 0, -1)
+            if with_samples:
+                pipe.lrange(self._pool(pid, "ttft"), 0, -1)
+                pipe.lrange(self._pool(pid, "tpot"), 0, -1)
             pipe.hgetall(self._pool(pid, "replicas"))
             pipe.hgetall(self._pool(pid, "health"))
             pipe.hgetall(self._price(pid))
@@ -270,9 +279,11 @@ class LiveTables:
         inflight = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
         rows: dict[str, PoolRow] = {}
         for n, pid in enumerate(ids):
-            stats, ttft, tpot, replicas, health, price = (
-                _decode(x) for x in results[1 + 6 * n : 7 + 6 * n]
-            )
+            stride = 6 if with_samples else 4
+            fields = [_decode(x) for x in results[1 + stride * n : 1 + stride * (n + 1)]]
+            if not with_samples:
+                fields[1:1] = [[], []]
+            stats, ttft, tpot, replicas, health, price = fields
             assert isinstance(stats, dict) and isinstance(replicas, dict)
             assert isinstance(health, dict) and isinstance(price, dict)
             assert isinstance(ttft, list) and isinstance(tpot, list)

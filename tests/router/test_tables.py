@@ -219,6 +219,27 @@ def test_percentiles_come_from_the_samples(live_redis: RedisTarget) -> None:
     assert row.tpot_p99_ms == pytest.approx(np.percentile(tpot, 99))
 
 
+def test_read_without_samples_keeps_every_other_field_and_skips_percentiles(
+    live_redis: RedisTarget,
+) -> None:
+    async def scenario(tables: LiveTables) -> Any:
+        await _flush(
+            tables,
+            "gw-a",
+            inflight={POOL: 3},
+            observations={POOL: PoolObservations([100.0], [20.0])},
+        )
+        await tables.set_replicas(POOL, ready=2)
+        lean = await tables.read([POOL], NOW_MS, 5_000, with_samples=False)
+        full = await tables.read([POOL], NOW_MS, 5_000)
+        return lean[POOL], full[POOL]
+
+    lean, full = _run(live_redis, scenario)
+
+    assert (lean.inflight, lean.ready_replicas, lean.ttft_ewma_ms) == (3.0, 2.0, 100.0)
+    assert np.isnan(lean.ttft_p50_ms) and full.ttft_p50_ms == 100.0
+
+
 def test_only_the_newest_samples_kept_count_toward_percentiles(live_redis: RedisTarget) -> None:
     # Consecutive values: the median of what is kept pins down exactly how many are kept.
     older = [float(v) for v in range(1, 101)]
