@@ -91,6 +91,24 @@ class ReplicaBounds(_Strict):
         return self
 
 
+class ScalingSpec(_Strict):
+    """How the autoscaler reaches a pool's node group in its cloud.
+
+    ``group`` is the AWS Auto Scaling group, GCP managed instance group or Azure VM
+    scale set name (for ``local``, a label). GCP needs ``project`` and either ``zone``
+    (zonal MIG) or none (regional MIG in the pool's region); Azure needs
+    ``resource_group`` (and ``subscription``). ``provisioning_s`` is the lead time
+    from a resize to a ready replica, which the forecast horizon must cover.
+    """
+
+    group: str = Field(min_length=1)
+    project: str | None = None
+    zone: str | None = None
+    resource_group: str | None = None
+    subscription: str | None = None
+    provisioning_s: float = Field(default=300.0, gt=0)
+
+
 class PoolSpec(_Strict):
     """One group of identical GPU replicas for one model in one provider and region."""
 
@@ -105,6 +123,7 @@ class PoolSpec(_Strict):
     price: PriceSpec
     goodput: GoodputProfile
     replicas: ReplicaBounds = ReplicaBounds()
+    scaling: ScalingSpec | None = None
 
     @property
     def location(self) -> str:
@@ -133,6 +152,46 @@ class OutlierSettings(_Strict):
     max_ejection_s: float = Field(default=120.0, gt=0)
 
 
+class HealthSettings(_Strict):
+    """The per-pool health state machine (healthy -> ejected -> probing -> healthy).
+
+    Active probes ``GET probe_path`` on every endpoint every ``probe_interval_s``;
+    ``unhealthy_threshold`` failed probes in a row eject a pool, ``healthy_threshold``
+    good ones in a row readmit it, after which its traffic share ramps from 10 % to
+    100 % over ``ramp_s``. Passive detection also ejects a pool whose error rate over
+    ``error_rate_window_s`` reaches ``error_rate_threshold`` (with at least
+    ``error_rate_min_requests`` requests). A pool ejected again within
+    ``ramp_s`` of readmission ``max_readmissions`` times is flagged needs-replacement.
+    """
+
+    probe_path: Literal["/health", "/v1/models"] = "/health"
+    probe_interval_s: float = Field(default=5.0, gt=0)
+    probe_timeout_s: float = Field(default=1.0, gt=0)
+    unhealthy_threshold: int = Field(default=2, ge=1)
+    healthy_threshold: int = Field(default=3, ge=1)
+    error_rate_window_s: float = Field(default=30.0, gt=0)
+    error_rate_threshold: float = Field(default=0.5, gt=0, le=1)
+    error_rate_min_requests: int = Field(default=20, ge=1)
+    ramp_s: float = Field(default=30.0, ge=0)
+    max_readmissions: int = Field(default=3, ge=1)
+    drain_deadline_s: float = Field(default=120.0, gt=0)
+
+
+class PricingSettings(_Strict):
+    """Price feeds: refresh period (with jitter), staleness bound and sanity range.
+
+    A price outside [``min_usd_per_gpu_hour``, ``max_usd_per_gpu_hour``] is rejected
+    row by row; a price older than ``stale_after_s`` is marked stale.
+    """
+
+    refresh_interval_s: float = Field(default=300.0, gt=0)
+    jitter: float = Field(default=0.1, ge=0, lt=1)
+    stale_after_s: float = Field(default=3600.0, gt=0)
+    min_usd_per_gpu_hour: float = Field(default=0.01, gt=0)
+    max_usd_per_gpu_hour: float = Field(default=200.0, gt=0)
+    static_file: str | None = None
+
+
 class RoutingSettings(_Strict):
     """How the router breaks ties and what happens when nothing meets the SLO."""
 
@@ -157,6 +216,8 @@ class Policy(_Strict):
     pools: list[PoolSpec] = Field(min_length=1)
     client_regions: dict[str, ClientRegion] = Field(min_length=1)
     routing: RoutingSettings
+    health: HealthSettings = HealthSettings()
+    pricing: PricingSettings = PricingSettings()
 
     @model_validator(mode="after")
     def _cross_references(self) -> Policy:

@@ -6,6 +6,7 @@ This is the composition root: the only module that imports every package.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -85,12 +86,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# Modules that add their own subcommands: each has ``register(subparsers)``, which adds
+# its parsers and sets ``func`` (taking the parsed args, returning an exit code).
+PLUGIN_COMMANDS: tuple[str, ...] = ()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="skyroute", description="Multi-cloud LLM inference routing gateway."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    for module in PLUGIN_COMMANDS:
+        importlib.import_module(module).register(sub)
 
     def server_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--port", type=int, help="listen port (env SKYROUTE_PORT, default 8080)")
