@@ -17,7 +17,6 @@ from fastapi.openapi.utils import get_openapi
 from adapters.upstream import UpstreamClient
 from gateway import http_errors, openapi_schemas
 from gateway.context import build_gateway
-from gateway.probe import probe_loop
 from gateway.proxy import Forwarder
 from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
@@ -43,10 +42,8 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             asyncio.create_task(gw.sync.flush(), name="table-flush"),
             asyncio.create_task(gw.sync.listen(gw.tables.redis), name="table-events"),
             asyncio.create_task(gw.policies.watch(settings.policy_poll_s), name="policy-watch"),
-            asyncio.create_task(
-                probe_loop(gw.state, upstream, gw.tables, settings.probe_interval_s),
-                name="rtt-probe",
-            ),
+            asyncio.create_task(gw.health.events(), name="health-events"),
+            asyncio.create_task(gw.health.probes(upstream), name="health-probes"),
         ]
         logger.info(
             "gateway replica %s up: %d pools, policy %s",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from gateway.auth import KeyRing
+from gateway.health import HealthMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.policy_store import PolicyStore
 from gateway.proxy import Forwarder
@@ -31,6 +32,7 @@ class Gateway:
     metrics: GatewayMetrics
     tables: LiveTables
     sync: TableSync
+    health: HealthMonitor
     forwarder: Forwarder | None = None
     draining: bool = False
 
@@ -60,13 +62,15 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     )
     client = [settings.api_key.get_secret_value()] if settings.api_key else []
     admin = [settings.admin_token.get_secret_value()] if settings.admin_token else []
+    metrics = GatewayMetrics()
     return Gateway(
         settings=settings,
         state=state,
         policies=policies,
         client_keys=KeyRing(client),
         admin_keys=KeyRing(admin),
-        metrics=GatewayMetrics(),
+        metrics=metrics,
         tables=tables,
         sync=sync,
+        health=HealthMonitor(state, tables, metrics),
     )

@@ -22,6 +22,7 @@ from router.errors import (
     RequestError,
     RoutingError,
     SkyrouteError,
+    TableError,
     UpstreamError,
     UpstreamTimeout,
 )
@@ -74,6 +75,13 @@ def to_response(exc: SkyrouteError) -> Response:
         return error_response(504, str(exc), error_type="upstream_error", code="upstream_timeout")
     if isinstance(exc, UpstreamError):
         return error_response(502, str(exc), error_type="upstream_error", code="upstream_error")
+    if isinstance(exc, TableError):
+        return error_response(
+            503,
+            "the live tables are unreachable; retry",
+            error_type="service_unavailable",
+            code="tables_unavailable",
+        )
     if isinstance(exc, PolicyError):
         return error_response(400, str(exc), code="invalid_policy")
     logger.error("unmapped skyroute error: %s", type(exc).__name__)

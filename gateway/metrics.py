@@ -69,6 +69,27 @@ class GatewayMetrics:
         self.redis_errors = Gauge(
             "skyroute_redis_errors", "Failed Redis operations since start (monotonic).", registry=r
         )
+        self.pool_transitions = Counter(
+            "skyroute_pool_transitions_total",
+            "Health state transitions applied by this replica.",
+            ("pool", "from_state", "to_state"),
+            registry=r,
+        )
+        self.pool_state = Gauge(
+            "skyroute_pool_state", "1 for the state each pool is in.", ("pool", "state"), registry=r
+        )
+        self.pool_needs_replacement = Gauge(
+            "skyroute_pool_needs_replacement",
+            "1 if the pool keeps failing readmission.",
+            ("pool",),
+            registry=r,
+        )
+        self.retries_denied = Counter(
+            "skyroute_retries_denied_total",
+            "Retries refused by the retry budget.",
+            ("model",),
+            registry=r,
+        )
         self.inflight = Gauge(
             "skyroute_inflight_requests",
             "Requests in flight from this replica.",

@@ -1,19 +1,25 @@
-"""Passive outlier ejection from real traffic, per gateway replica.
+"""Passive outlier detection from real traffic, per gateway replica.
 
-After ``consecutive_failures`` failed attempts a pool is ejected for a backoff that
-doubles with every ejection in a row (capped). When the backoff ends the pool is
-half-open: one trial request at a time may go to it; a success readmits it and resets
-the backoff, a failure ejects it again for longer. Every change is also queued as a
-HealthUpdate, which the flush loop writes to Redis so the other replicas follow.
+Two triggers: ``consecutive_failures`` failed attempts in a row, or an error rate of
+``error_rate_threshold`` over ``error_rate_window_s`` (with enough requests to judge).
+Either one ejects the pool locally at once (this replica stops sending it work without
+waiting for Redis) and queues an EJECT event for the shared health state machine
+(``gateway.health``), which makes every replica follow.
+
+The local ejection doubles its backoff on each ejection in a row. When it ends the pool
+is half-open here: one trial request at a time; a success lifts the local block, a
+failure blocks it again for longer. While Redis is reachable the shared state decides
+readmission (by active probes); the local half-open path is what keeps a replica sane
+when Redis is not.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections import deque
+from dataclasses import dataclass, field
 
-from router.policy import OutlierSettings
-from router.snapshot import PoolState
-from router.tables import HealthUpdate
+from router.policy import HealthSettings, OutlierSettings
 
 
 @dataclass
@@ -22,17 +28,19 @@ class _PoolHealth:
     ejections: int = 0
     ejected_until: float = 0.0
     trial_running: bool = False
+    # (second, ok, errors) buckets over the error-rate window.
+    window: deque[list[int]] = field(default_factory=deque)
 
 
 class OutlierDetector:
-    """Tracks failures per pool id. ``now`` arguments are unix seconds. Not thread-safe
-    (one event loop)."""
+    """Tracks outcomes per pool id. ``now`` arguments are unix seconds. One event loop only."""
 
-    def __init__(self, settings: OutlierSettings) -> None:
+    def __init__(self, settings: OutlierSettings, health: HealthSettings) -> None:
         self.settings = settings
+        self.health = health
         self._pools: dict[str, _PoolHealth] = {}
-        self._updates: dict[str, HealthUpdate] = {}
         self._ejected: set[str] = set()
+        self._ejections: dict[str, str] = {}
 
     def allows(self, pool_id: str, now: float) -> bool:
         """Whether an attempt may go to the pool now; claims the half-open trial slot."""
@@ -54,24 +62,45 @@ class OutlierDetector:
             if now < self._pools[pid].ejected_until or self._pools[pid].trial_running
         }
 
-    def on_success(self, pool_id: str) -> None:
-        """Record a successful attempt; readmits a half-open pool."""
-        health = self._pools.get(pool_id)
-        if health is None:
-            return
+    def _count(self, health: _PoolHealth, now: float, ok: bool) -> tuple[int, int]:
+        second = math.floor(now)
+        window = health.window
+        if window and window[-1][0] == second:
+            window[-1][1 if ok else 2] += 1
+        else:
+            window.append([second, int(ok), int(not ok)])
+        horizon = second - self.health.error_rate_window_s
+        while window and window[0][0] <= horizon:
+            window.popleft()
+        return sum(b[1] for b in window), sum(b[2] for b in window)
+
+    def on_success(self, pool_id: str, now: float) -> None:
+        """Record a successful attempt; lifts a local half-open block."""
+        health = self._pools.setdefault(pool_id, _PoolHealth())
         health.failures = 0
+        self._count(health, now, ok=True)
         if pool_id in self._ejected:
             self._ejected.discard(pool_id)
             health.ejections = 0
             health.trial_running = False
-            self._updates[pool_id] = HealthUpdate(PoolState.HEALTHY, "trial request succeeded")
 
     def on_failure(self, pool_id: str, now: float, reason: str) -> bool:
         """Record a failed attempt. Returns True if this failure ejected the pool."""
         health = self._pools.setdefault(pool_id, _PoolHealth())
         health.failures += 1
+        ok, errors = self._count(health, now, ok=False)
         half_open_failed = pool_id in self._ejected and health.trial_running
-        if not half_open_failed and health.failures < self.settings.consecutive_failures:
+        rate_tripped = (
+            ok + errors >= self.health.error_rate_min_requests
+            and errors / (ok + errors) >= self.health.error_rate_threshold
+        )
+        if half_open_failed:
+            why = f"trial request failed: {reason}"
+        elif health.failures >= self.settings.consecutive_failures:
+            why = f"{health.failures} consecutive failures: {reason}"
+        elif rate_tripped and pool_id not in self._ejected:
+            why = f"error rate {errors}/{ok + errors} over {self.health.error_rate_window_s:.0f}s"
+        else:
             return False
         backoff = min(
             self.settings.base_ejection_s * 2**health.ejections, self.settings.max_ejection_s
@@ -80,13 +109,9 @@ class OutlierDetector:
         health.failures = 0
         health.trial_running = False
         health.ejected_until = now + backoff
+        health.window.clear()
         self._ejected.add(pool_id)
-        self._updates[pool_id] = HealthUpdate(
-            PoolState.EJECTED,
-            f"{reason} (ejection {health.ejections})",
-            weight=0.0,
-            until_s=health.ejected_until,
-        )
+        self._ejections[pool_id] = why
         return True
 
     def release_trial(self, pool_id: str) -> None:
@@ -95,11 +120,12 @@ class OutlierDetector:
         if health is not None:
             health.trial_running = False
 
-    def requeue(self, pool_id: str, update: HealthUpdate) -> None:
-        """Put back an update the flush could not write, unless a newer one exists."""
-        self._updates.setdefault(pool_id, update)
+    def take_ejections(self) -> dict[str, str]:
+        """Pools ejected since the last call, with the reason: EJECT events for the shared
+        state machine."""
+        out, self._ejections = self._ejections, {}
+        return out
 
-    def take_updates(self) -> dict[str, HealthUpdate]:
-        """Health changes since the last call, for the flush loop to write."""
-        updates, self._updates = self._updates, {}
-        return updates
+    def requeue(self, pool_id: str, reason: str) -> None:
+        """Put back an ejection the shared state machine could not record yet."""
+        self._ejections.setdefault(pool_id, reason)

@@ -1,61 +1,69 @@
-"""Measure the network round trip from this gateway to every pool endpoint.
+"""Active probes: ``GET /health`` (or ``/v1/models``) on every endpoint of a pool.
 
-A light ``GET /health`` per endpoint every interval; the times go to the live tables
-(``pool:{id}:stats`` ``rtt_ms``) in one pipeline. Off the request path; a failed probe
-is simply not recorded (failures are judged from real traffic and, later, by the
-health state machine).
+A pool passes a probe when at least half of its endpoints answer below 500 within the
+timeout. The round trip of the answering endpoints is the gateway-to-pool RTT, recorded
+in the live tables (``pool:{id}:stats`` ``rtt_ms``). Off the request path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
+from dataclasses import dataclass
 
 from adapters.upstream import UpstreamClient
 from gateway.routing_state import RoutingState
-from router.errors import TableError, UpstreamError
+from router.errors import UpstreamError
+from router.policy import PoolSpec
 from router.tables import LiveTables
 
 
-async def _time_get(upstream: UpstreamClient, url: str, timeout_s: float) -> float | None:
+@dataclass(frozen=True)
+class ProbeResult:
+    """One pool's probe: passed or not, mean RTT of the endpoints that answered (ms)."""
+
+    ok: bool
+    rtt_ms: float | None
+    detail: str
+
+
+async def _time_get(
+    upstream: UpstreamClient, url: str, timeout_s: float
+) -> tuple[float | None, str]:
     started = time.perf_counter()
     try:
         status, _ = await upstream.get(url, timeout_s)
-    except UpstreamError:
-        return None
-    return (time.perf_counter() - started) * 1000.0 if status < 500 else None
+    except UpstreamError as exc:
+        return None, str(exc)
+    if status >= 500:
+        return None, f"{url} answered {status}"
+    return (time.perf_counter() - started) * 1000.0, ""
+
+
+async def probe_pool(
+    upstream: UpstreamClient, pool: PoolSpec, path: str, timeout_s: float
+) -> ProbeResult:
+    """Probe every endpoint of ``pool`` concurrently. Never raises for endpoint failures."""
+    urls = [str(e).rstrip("/") + path for e in pool.endpoints]
+    results = await asyncio.gather(*(_time_get(upstream, url, timeout_s) for url in urls))
+    times = [ms for ms, _ in results if ms is not None]
+    errors = [err for ms, err in results if ms is None]
+    ok = len(times) * 2 >= len(urls)
+    rtt = sum(times) / len(times) if times else None
+    return ProbeResult(ok, rtt, "; ".join(errors) if errors else "ok")
 
 
 async def probe_once(
     state: RoutingState, upstream: UpstreamClient, tables: LiveTables, timeout_s: float
 ) -> dict[str, float]:
-    """Probe every endpoint once; record and return the mean RTT (ms) per reachable pool.
+    """Probe every pool once; record and return the mean RTT (ms) per reachable pool.
 
     Raises TableError if the results cannot be written.
     """
     pools = state.policy.policy.pools
-    urls = [(p.id, str(e).rstrip("/") + "/health") for p in pools for e in p.endpoints]
-    times = await asyncio.gather(*(_time_get(upstream, url, timeout_s) for _, url in urls))
-    per_pool: dict[str, list[float]] = {}
-    for (pool_id, _), ms in zip(urls, times, strict=True):
-        if ms is not None:
-            per_pool.setdefault(pool_id, []).append(ms)
-    rtt = {pid: sum(v) / len(v) for pid, v in per_pool.items()}
+    path = state.policy.policy.health.probe_path
+    results = await asyncio.gather(*(probe_pool(upstream, p, path, timeout_s) for p in pools))
+    rtt = {p.id: r.rtt_ms for p, r in zip(pools, results, strict=True) if r.rtt_ms is not None}
     if rtt:
         await tables.record_rtt(rtt)
     return rtt
-
-
-async def probe_loop(
-    state: RoutingState,
-    upstream: UpstreamClient,
-    tables: LiveTables,
-    interval_s: float,
-    timeout_s: float = 1.0,
-) -> None:
-    """Probe every ``interval_s`` until cancelled. Redis errors are left to the sync loops."""
-    while True:
-        with contextlib.suppress(TableError):
-            await probe_once(state, upstream, tables, timeout_s)
-        await asyncio.sleep(interval_s)

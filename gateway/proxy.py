@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
+from gateway.retry_budget import RetryBudget
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
 from router.errors import (
@@ -74,6 +75,10 @@ class Forwarder:
         self.upstream = upstream
         self.metrics = metrics
         self._rr: dict[str, int] = {}
+        routing = state.policy.policy.routing
+        self.retry_budget = RetryBudget(
+            routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
+        )
 
     def _timeouts(self) -> UpstreamTimeouts:
         r = self.state.policy.policy.routing
@@ -102,6 +107,7 @@ class Forwarder:
         gateway's own overhead.
         """
         now = time.time()
+        self.retry_budget.on_request(now)
         ranking = self.state.rank(route, now)
         if len(ranking.order) == 0:
             raise _unavailable(ranking, route.model)
@@ -118,6 +124,10 @@ class Forwarder:
             pool = policy.policy.pools[i]
             if not self.state.outlier.allows(pool.id, now):
                 continue
+            if number >= 1 and not self.retry_budget.try_retry(now):
+                self.metrics.retries_denied.labels(model=route.model).inc()
+                self.state.outlier.release_trial(pool.id)
+                break
             number += 1
             per_token = float(ranking.cost_usd[i]) / max(est_tokens, 1)
             attempt = _Attempt(pool, self._url(pool, path), per_token, number)
@@ -184,7 +194,7 @@ class Forwarder:
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         if resp.status != 200:
             # A client error (bad parameters, context too long): the pool is healthy.
-            self.state.outlier.on_success(pool_id)
+            self.state.outlier.on_success(pool_id, time.time())
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
@@ -197,7 +207,7 @@ class Forwarder:
             prefill_ms = route.prompt_tokens / attempt.pool.goodput.prefill_tokens_per_s * 1000
             tpot = max(elapsed_ms - prefill_ms, 0.0) / completion
         self.state.observe(pool_id, ok=True, tpot_ms=tpot)
-        self.state.outlier.on_success(pool_id)
+        self.state.outlier.on_success(pool_id, time.time())
         self.metrics.observe_request(route, pool_id, "200", elapsed_ms / 1000.0)
         return Response(
             body, media_type=_JSON, headers=self._headers(attempt, tokens * attempt.usd_per_token)
@@ -221,7 +231,7 @@ class Forwarder:
             finally:
                 resp.close()
                 self.state.release(pool_id)
-            self.state.outlier.on_success(pool_id)
+            self.state.outlier.on_success(pool_id, time.time())
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
@@ -287,5 +297,5 @@ class Forwarder:
             if status == "200":
                 ttft_ms = (watch.first_at - started) * 1000.0
                 self.state.observe(pool_id, ok=True, ttft_ms=ttft_ms, tpot_ms=watch.tpot_ms())
-                self.state.outlier.on_success(pool_id)
+                self.state.outlier.on_success(pool_id, time.time())
             self.metrics.observe_request(route, pool_id, status, time.perf_counter() - started)

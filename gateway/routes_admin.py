@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import math
 import time
 
@@ -12,7 +12,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from gateway.context import Gateway
-from router.errors import PolicyError, TableError
+from router.errors import InvalidRequest, PolicyError, TableError
+from router.health import HealthEvent
+from router.snapshot import PoolRow
 
 
 def _num(value: float) -> float | None:
@@ -51,48 +53,115 @@ def admin_router(gw: Gateway) -> APIRouter:
         body2 = {"status": "reloaded", "version": gw.policies.version, "pools": compiled.size}
         return Response(orjson.dumps(body2), media_type="application/json")
 
+    async def live_rows(with_samples: bool) -> tuple[dict[str, PoolRow], bool]:
+        # Read every replica's share (own included) live; the snapshot if Redis is down.
+        policy = gw.state.policy
+        try:
+            rows = await gw.tables.read(
+                policy.pool_ids,
+                int(time.time() * 1000),
+                gw.settings.replica_ttl_ms,
+                with_samples=with_samples,
+            )
+        except TableError:
+            return dict(gw.state.snapshot.rows), False
+        return rows, True
+
     @router.get("/pools")
     async def pools(request: Request) -> Response:
-        """Every pool with its live values: state, in-flight, latency, price, replicas."""
+        """Every pool with its live values: state, in-flight (all replicas), latency,
+        price, replicas."""
         authorize(request)
         snap = gw.state.snapshot
         policy = gw.state.policy
-        # Percentiles are not in the routing snapshot; read them live, and fall back to
-        # the snapshot's rows when Redis is unreachable.
-        rows = dict(snap.rows)
-        with contextlib.suppress(TableError):
-            rows = await gw.tables.read(
-                policy.pool_ids, int(time.time() * 1000), gw.settings.replica_ttl_ms
-            )
+        rows, live = await live_rows(with_samples=True)
         out = []
         for i, spec in enumerate(policy.policy.pools):
-            row = rows.get(spec.id)
+            row = rows.get(spec.id, PoolRow())
+            health = row.health
+            inflight = (
+                row.inflight
+                if live
+                else float(snap.inflight[i]) + gw.state.inflight.get(spec.id, 0)
+            )
             out.append(
                 {
                     "id": spec.id,
                     "provider": spec.provider,
                     "region": spec.region,
                     "model": spec.model,
-                    "state": row.state.value if row else "healthy",
-                    "available": bool(snap.available[i]),
-                    "inflight": float(snap.inflight[i]) + gw.state.inflight.get(spec.id, 0),
+                    "state": health.state.value,
+                    "reason": health.reason,
+                    "since_s": _num(health.since_s),
+                    "weight": _num(health.weight(time.time(), policy.policy.health.ramp_s)),
+                    "needs_replacement": health.needs_replacement,
+                    "inflight": inflight,
                     "ready_replicas": _num(float(snap.ready[i])),
-                    "rtt_ms": _num(row.rtt_ms) if row else None,
+                    "target_replicas": _num(row.target_replicas),
+                    "rtt_ms": _num(row.rtt_ms),
                     "ttft_ewma_ms": _num(float(snap.ttft_ms[i])),
                     "tpot_ewma_ms": _num(float(snap.tpot_ms[i])),
-                    "ttft_p50_ms": _num(row.ttft_p50_ms) if row else None,
-                    "ttft_p99_ms": _num(row.ttft_p99_ms) if row else None,
-                    "tpot_p50_ms": _num(row.tpot_p50_ms) if row else None,
-                    "tpot_p99_ms": _num(row.tpot_p99_ms) if row else None,
+                    "ttft_p50_ms": _num(row.ttft_p50_ms),
+                    "ttft_p99_ms": _num(row.ttft_p99_ms),
+                    "tpot_p50_ms": _num(row.tpot_p50_ms),
+                    "tpot_p99_ms": _num(row.tpot_p99_ms),
                     "usd_per_gpu_hour": _num(float(snap.usd_per_gpu_hour[i])),
-                    "price_source": (
-                        row.price_source if row and row.price_source else spec.price.source
-                    ),
+                    "price_source": row.price_source or spec.price.source,
                 }
             )
+        body = {"pools": out, "snapshot_age_s": _num(gw.state.snapshot_age_s()), "live": live}
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    def known_pool(pool_id: str) -> None:
+        if pool_id not in gw.state.policy.index:
+            raise InvalidRequest(f"no pool {pool_id!r} in the running policy", param="pool_id")
+
+    @router.post("/pools/{pool_id}/drain")
+    async def drain(
+        request: Request, pool_id: str, wait: bool = False, deadline_s: float | None = None
+    ) -> Response:
+        """Cordon a pool on every replica at once; with ``wait=true``, also wait (up to
+        ``deadline_s``, default the policy's drain deadline) until its in-flight count,
+        summed over all gateway replicas, reaches zero. Idempotent."""
+        authorize(request)
+        known_pool(pool_id)
+        await gw.health.apply(pool_id, HealthEvent.DRAIN, "drained by operator")
+        await gw.sync.refresh_once()  # this replica stops routing to it before we answer
+        deadline = (
+            deadline_s if deadline_s is not None else gw.state.policy.policy.health.drain_deadline_s
+        )
+        started = time.monotonic()
+        inflight = await drain_count(pool_id)
+        while wait and inflight > 0 and time.monotonic() - started < deadline:
+            await asyncio.sleep(0.05)
+            inflight = await drain_count(pool_id)
+        body = {
+            "pool": pool_id,
+            "state": "draining",
+            "inflight": inflight,
+            "drained": inflight == 0,
+            "waited_s": round(time.monotonic() - started, 3),
+        }
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    async def drain_count(pool_id: str) -> float:
+        # Own share counted live, the others from Redis: in-flight over all replicas.
+        rows = await gw.tables.read(
+            [pool_id], int(time.time() * 1000), gw.settings.replica_ttl_ms,
+            exclude_replica=gw.settings.replica_id, with_samples=False,
+        )  # fmt: skip
+        return rows[pool_id].inflight + gw.state.inflight.get(pool_id, 0)
+
+    @router.post("/pools/{pool_id}/uncordon")
+    async def uncordon(request: Request, pool_id: str) -> Response:
+        """Bring a drained pool back (traffic ramps up); also clears needs-replacement."""
+        authorize(request)
+        known_pool(pool_id)
+        record = await gw.health.apply(pool_id, HealthEvent.UNCORDON, "uncordoned by operator")
+        await gw.sync.refresh_once()
+        state = record.state.value if record else (await gw.tables.read_health(pool_id)).state.value
         return Response(
-            orjson.dumps({"pools": out, "snapshot_age_s": _num(gw.state.snapshot_age_s())}),
-            media_type="application/json",
+            orjson.dumps({"pool": pool_id, "state": state}), media_type="application/json"
         )
 
     return router

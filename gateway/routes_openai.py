@@ -6,6 +6,7 @@ Handlers take the raw ``Request`` and parse the body themselves (see
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 
@@ -71,6 +72,7 @@ def route_request(gw: Gateway, parsed: ParsedRequest, request: Request) -> Route
         max_output_tokens=parsed.max_tokens,
         slo_class=slo,
         client_region=region,
+        ramp_draw=random.random(),
     )
 
 

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from gateway.context import Gateway
+from router.health import PoolState
 
 
 def ops_router(gw: Gateway) -> APIRouter:
@@ -51,6 +52,10 @@ def ops_router(gw: Gateway) -> APIRouter:
         m.redis_errors.set(gw.sync.redis_errors)
         for pid, n in gw.state.inflight.items():
             m.inflight.labels(pid).set(n)
+        for pid, row in gw.state.snapshot.rows.items():
+            for state in PoolState:
+                m.pool_state.labels(pid, state.value).set(1 if row.state is state else 0)
+            m.pool_needs_replacement.labels(pid).set(1 if row.health.needs_replacement else 0)
         return Response(m.render(), media_type=CONTENT_TYPE_LATEST)
 
     return router

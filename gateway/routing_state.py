@@ -29,7 +29,7 @@ class RoutingState:
         self.inflight: dict[str, int] = defaultdict(int)
         self._inflight_arr: FloatArray = np.zeros(policy.size)
         self.pending: dict[str, PoolObservations] = {}
-        self.outlier = OutlierDetector(policy.policy.routing.outlier)
+        self.outlier = OutlierDetector(policy.policy.routing.outlier, policy.policy.health)
         self.redis_ok = False
 
     # -- swaps --------------------------------------------------------------------------
@@ -44,6 +44,7 @@ class RoutingState:
         # Ejections are facts about the fleet, not the policy: they survive a reload,
         # and the new thresholds apply from the next failure on.
         self.outlier.settings = policy.policy.routing.outlier
+        self.outlier.health = policy.policy.health
         self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
 
     def swap_snapshot(self, rows: dict[str, PoolRow], taken_at_s: float) -> None:

@@ -46,7 +46,9 @@ class GatewaySettings(BaseSettings):
     replica_ttl_ms: int = Field(default=3000, gt=0)
     # How often the policy file's mtime is checked for a reload.
     policy_poll_s: float = Field(default=1.0, gt=0)
-    # Gateway-to-pool RTT probe period (GET /health on every endpoint).
-    probe_interval_s: float = Field(default=5.0, gt=0)
+    # SIGTERM: /readyz fails at once, new connections stop after drain_delay_s, in-flight
+    # requests and streams get up to shutdown_timeout_s to finish.
+    drain_delay_s: float = Field(default=2.0, ge=0)
+    shutdown_timeout_s: int = Field(default=30, gt=0)
     log_level: str = "INFO"
     log_json: bool = True

@@ -77,9 +77,8 @@ class TableSync:
         self.state.swap_snapshot(rows, now)
 
     async def flush_once(self) -> None:
-        """Write in-flight counts, observations and health changes. Raises TableError."""
+        """Write in-flight counts and observations. Raises TableError."""
         pending = self.state.take_pending()
-        health = self.state.outlier.take_updates()
         try:
             await self.tables.flush(
                 self.replica_id,
@@ -87,14 +86,11 @@ class TableSync:
                 inflight=dict(self.state.inflight),
                 inflight_ttl_ms=self.replica_ttl_ms,
                 observations=pending,
-                health=health,
             )
         except TableError:
             # Observations are statistics: dropping a batch during an outage only makes
-            # the EWMA a little staler. Health changes are kept for the next try.
+            # the EWMA a little staler.
             self.dropped_observations += sum(o.ok + o.errors for o in pending.values())
-            for pid, update in health.items():
-                self.state.outlier.requeue(pid, update)
             raise
 
     async def refresh(self) -> None:

@@ -23,6 +23,7 @@ any layer may import it.
     │   ├── UpstreamStatusError     5xx or 429 before the first byte (retryable)
     │   └── UpstreamStreamError     failed after bytes reached the client (never retried)
     ├── TableError                  the live tables in Redis could not be read or written
+    ├── PriceFeedError              a price feed could not be read (``reason`` says why)
     └── AdapterError                a cloud control plane failed
         ├── NotImplementedByProvider  optional capability absent
         ├── OutOfCapacity           stockout in the zone/region
@@ -170,6 +171,19 @@ class UpstreamStreamError(UpstreamError):
 
 class TableError(SkyrouteError):
     """The live tables in Redis could not be read or written."""
+
+
+class PriceFeedError(SkyrouteError):
+    """A price feed failed as a whole; the last good prices stay in use.
+
+    ``reason`` is one of ``timeout``, ``connection``, ``http_error``, ``bad_payload``,
+    ``auth``, ``config`` (a metric label, so the set is small and fixed).
+    """
+
+    def __init__(self, message: str, *, feed: str, reason: str) -> None:
+        super().__init__(message)
+        self.feed = feed
+        self.reason = reason
 
 
 class AdapterError(SkyrouteError):

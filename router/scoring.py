@@ -33,7 +33,9 @@ class RouteRequest:
 
     ``max_output_tokens`` is None when the client set no limit (the model's expected
     output is used to price it). ``allowed_regions`` (``provider:region``), if given,
-    further restricts where the request may go, failover included.
+    further restricts where the request may go, failover included. ``ramp_draw`` in
+    [0, 1) admits the request to pools whose ramp weight exceeds it: a readmitted pool at
+    weight 0.3 sees about 30 % of its normal traffic (the gateway draws it at random).
     """
 
     model: str
@@ -42,6 +44,7 @@ class RouteRequest:
     slo_class: str
     client_region: str
     allowed_regions: frozenset[str] | None = None
+    ramp_draw: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ class Ranking:
     local_region_ok: BoolArray
     local_available: BoolArray
     local_has_capacity: BoolArray
+    local_weight: FloatArray
     pool_states: tuple[str, ...]
 
     def _wide(self, local: FloatArray, fill: float) -> FloatArray:
@@ -137,9 +141,12 @@ class Ranking:
                 why[i] = "region not allowed for this client"
             elif not self.local_available[j]:
                 state = self.pool_states[j]
-                why[i] = (
-                    "ejected by this gateway replica" if state == "healthy" else f"pool {state}"
-                )
+                if state != "healthy":
+                    why[i] = f"pool {state}"
+                elif self.local_weight[j] < 1.0:
+                    why[i] = f"ramping up after readmission ({self.local_weight[j]:.0%} of traffic)"
+                else:
+                    why[i] = "ejected by this gateway replica"
             elif not self.local_has_capacity[j]:
                 why[i] = "no ready replicas"
         return tuple(why)
@@ -246,7 +253,7 @@ def rank(
         region_ok = region_ok & np.asarray(
             [locs[i] in request.allowed_regions for i in m], dtype=np.bool_
         )
-    available = view.available
+    available = view.available & (view.weight > request.ramp_draw)
     if local_blocked is not None:
         available = available & ~local_blocked[m]
     eligible = region_ok & available & view.has_capacity
@@ -289,5 +296,6 @@ def rank(
         local_region_ok=region_ok,
         local_available=available,
         local_has_capacity=view.has_capacity,
+        local_weight=view.weight,
         pool_states=view.states,
     )

@@ -8,21 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 
 from router.compiled import CompiledPolicy, usd_per_token
+from router.health import HealthRecord, PoolState
 from router.types import BoolArray, FloatArray, IntArray
 
-
-class PoolState(StrEnum):
-    """Health state of a pool, shared by every gateway replica."""
-
-    HEALTHY = "healthy"
-    EJECTED = "ejected"
-    PROBING = "probing"
-    DRAINING = "draining"
+__all__ = ["ModelView", "PoolRow", "PoolState", "Snapshot"]
 
 
 @dataclass(frozen=True)
@@ -42,11 +35,13 @@ class PoolRow:
     inflight: float = 0.0
     ready_replicas: float = float("nan")
     target_replicas: float = float("nan")
-    state: PoolState = PoolState.HEALTHY
-    # Fraction of normal traffic a readmitted pool may take, 0..1.
-    weight: float = 1.0
-    # Unix seconds an ejection lasts; past it the pool is probed again.
-    health_until_s: float = 0.0
+    health: HealthRecord = field(default_factory=HealthRecord)
+
+    @property
+    def state(self) -> PoolState:
+        """The pool's shared health state."""
+        return self.health.state
+
     usd_per_gpu_hour: float = float("nan")
     price_source: str = ""
     price_fetched_at_s: float = 0.0
@@ -71,6 +66,7 @@ class ModelView:
     usd_per_token: FloatArray
     priced: BoolArray
     available: BoolArray
+    weight: FloatArray
     has_capacity: BoolArray
     states: tuple[str, ...]
 
@@ -98,6 +94,7 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
             usd_per_token=per_token[m],
             priced=priced[m],
             available=snap.available[m],
+            weight=snap.weight[m],
             has_capacity=has_capacity[m],
             states=tuple(states[i] for i in m),
         )
@@ -110,8 +107,8 @@ class Snapshot:
 
     ``inflight`` is the sum over every live gateway replica's share (requests).
     ``ready`` is ready replicas (the policy's initial count where unknown).
-    ``available`` is False for pools that are draining, or ejected until a time after
-    ``taken_at_s``.
+    ``available`` is True only for HEALTHY pools; ``weight`` is the share of normal
+    traffic each may take (below 1 while a readmitted pool ramps up).
     ``usd_per_gpu_hour`` is the effective price: policy override, else live table, else NaN.
     """
 
@@ -145,20 +142,15 @@ class Snapshot:
             np.isnan(policy.override_usd_per_gpu_hour), live_price, policy.override_usd_per_gpu_hour
         )
 
-        def blocked(r: PoolRow) -> bool:
-            if r.state is PoolState.DRAINING:
-                return True
-            # An ejection whose writer died must not last forever: it ends at until_s.
-            return r.state is PoolState.EJECTED and r.health_until_s > taken_at_s
-
+        ramp_s = policy.policy.health.ramp_s
         snap = cls(
             pool_ids=policy.pool_ids,
             ttft_ms=col([r.ttft_ewma_ms for r in ordered]),
             tpot_ms=col([r.tpot_ewma_ms for r in ordered]),
             inflight=col([r.inflight for r in ordered]),
             ready=ready,
-            available=np.asarray([not blocked(r) for r in ordered], dtype=np.bool_),
-            weight=col([r.weight for r in ordered]),
+            available=np.asarray([r.state is PoolState.HEALTHY for r in ordered], dtype=np.bool_),
+            weight=col([r.health.weight(taken_at_s, ramp_s) for r in ordered]),
             usd_per_gpu_hour=price,
             taken_at_s=taken_at_s,
             rows={pid: r for pid, r in zip(policy.pool_ids, ordered, strict=True)},

@@ -6,7 +6,7 @@ Schema (all keys under ``{prefix}``, default ``sr:v1``):
     pool:{id}:ttft       list   recent TTFT samples, ms (newest first, capped)
     pool:{id}:tpot       list   recent TPOT samples, ms
     pool:{id}:replicas   hash   ready, target                                 (fleet/autoscaler)
-    pool:{id}:health     hash   state, weight, reason, until_s                 (health)
+    pool:{id}:health     hash   router.health.HealthRecord, compare-and-set on version
     price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s         (price feeds)
     inflight:{replica}   hash   pool id -> requests in flight on that gateway replica (TTL)
     replicas             zset   gateway replica id -> last heartbeat, unix ms
@@ -20,8 +20,8 @@ negative; readers sum the live replicas' shares.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,62 +29,13 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
+from router import table_scripts
 from router.errors import TableError
-from router.snapshot import PoolRow, PoolState
+from router.health import HealthRecord
+from router.snapshot import PoolRow
 
 SAMPLES_KEPT = 256
 EWMA_ALPHA = 0.2
-
-# EWMA over a batch of n observations with mean x: the same result as n single updates
-# with an equal value, so flush batching does not change the estimate's time constant.
-_EWMA_LUA = """
-local alpha = tonumber(ARGV[1])
-local function upd(field, n, mean)
-  if n <= 0 then return end
-  local cur = redis.call('HGET', KEYS[1], field)
-  if not cur then
-    redis.call('HSET', KEYS[1], field, mean)
-  else
-    local w = 1 - math.pow(1 - alpha, n)
-    redis.call('HSET', KEYS[1], field, tonumber(cur) + w * (mean - tonumber(cur)))
-  end
-end
-upd('ttft_ewma_ms', tonumber(ARGV[2]), tonumber(ARGV[3]))
-upd('tpot_ewma_ms', tonumber(ARGV[4]), tonumber(ARGV[5]))
-redis.call('HINCRBY', KEYS[1], 'samples', ARGV[6])
-redis.call('HINCRBY', KEYS[1], 'errors', ARGV[7])
-return 1
-"""
-
-_RTT_LUA = """
-local cur = redis.call('HGET', KEYS[1], 'rtt_ms')
-local x = tonumber(ARGV[2])
-if cur then x = tonumber(cur) + tonumber(ARGV[1]) * (x - tonumber(cur)) end
-redis.call('HSET', KEYS[1], 'rtt_ms', x)
-return 1
-"""
-
-# Sum every live replica's in-flight share, server-side, in the same round-trip as the
-# rest of the snapshot read. Replicas whose heartbeat is older than ARGV[1] are skipped,
-# and so is ARGV[3], the reading replica, which adds its own fresher local count.
-_INFLIGHT_LUA = """
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf')
-local sums = {}
-for _, r in ipairs(live) do
-  if r ~= ARGV[3] then
-    local kv = redis.call('HGETALL', ARGV[2] .. r)
-    for i = 1, #kv, 2 do
-      sums[kv[i]] = (sums[kv[i]] or 0) + tonumber(kv[i + 1])
-    end
-  end
-end
-local out = {}
-for k, v in pairs(sums) do
-  table.insert(out, k)
-  table.insert(out, tostring(v))
-end
-return out
-"""
 
 
 @dataclass
@@ -95,26 +46,6 @@ class PoolObservations:
     tpot_ms: list[float] = field(default_factory=list)
     ok: int = 0
     errors: int = 0
-
-
-@dataclass(frozen=True)
-class HealthUpdate:
-    """A pool's new health state. ``until_s`` (unix s) bounds an ejection: past it,
-    readers treat the pool as probing even if nobody wrote again."""
-
-    state: PoolState
-    reason: str
-    weight: float = 1.0
-    until_s: float = 0.0
-
-    def fields(self) -> dict[str, str]:
-        """The hash fields to store."""
-        return {
-            "state": self.state.value,
-            "reason": self.reason,
-            "weight": f"{self.weight:.4f}",
-            "until_s": f"{self.until_s:.3f}",
-        }
 
 
 @dataclass(frozen=True)
@@ -155,9 +86,10 @@ class LiveTables:
     def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
         self.redis = redis
         self.prefix = prefix
-        self._ewma = redis.register_script(_EWMA_LUA)
-        self._inflight = redis.register_script(_INFLIGHT_LUA)
-        self._rtt = redis.register_script(_RTT_LUA)
+        self._ewma = redis.register_script(table_scripts.EWMA_LUA)
+        self._inflight = redis.register_script(table_scripts.INFLIGHT_LUA)
+        self._rtt = redis.register_script(table_scripts.RTT_LUA)
+        self._health_cas = redis.register_script(table_scripts.HEALTH_CAS_LUA)
 
     # -- key spelling -------------------------------------------------------------------
     def _pool(self, pool_id: str, table: str) -> str:
@@ -187,10 +119,8 @@ class LiveTables:
         inflight: Mapping[str, int],
         inflight_ttl_ms: int,
         observations: Mapping[str, PoolObservations],
-        health: Mapping[str, HealthUpdate] | None = None,
     ) -> None:
-        """Write one gateway replica's in-flight counts, observations and health changes in
-        ONE round-trip.
+        """Write one gateway replica's in-flight counts and observations in ONE round-trip.
 
         ``inflight`` holds absolute counts (requests), so repeating a flush is harmless.
         Observations are additive: flushing the same batch twice counts it twice.
@@ -218,11 +148,6 @@ class LiveTables:
                 if samples:
                     pipe.lpush(self._pool(pool_id, table), *(f"{s:.3f}" for s in samples))
                     pipe.ltrim(self._pool(pool_id, table), 0, SAMPLES_KEPT - 1)
-        for pool_id, update in (health or {}).items():
-            fields: dict[Any, Any] = update.fields()
-            pipe.hset(self._pool(pool_id, "health"), mapping=fields)
-        if health:
-            pipe.publish(self.events_channel, "health")
         try:
             await _execute(pipe)
         except RedisError as exc:
@@ -289,10 +214,6 @@ class LiveTables:
             assert isinstance(ttft, list) and isinstance(tpot, list)
             ttft_p50, ttft_p99 = _percentiles(ttft)
             tpot_p50, tpot_p99 = _percentiles(tpot)
-            try:
-                state = PoolState(health.get("state", "healthy"))
-            except ValueError:
-                state = PoolState.HEALTHY
             rows[pid] = PoolRow(
                 ttft_ewma_ms=_f(stats, "ttft_ewma_ms"),
                 tpot_ewma_ms=_f(stats, "tpot_ewma_ms"),
@@ -306,9 +227,7 @@ class LiveTables:
                 inflight=max(inflight.get(pid, 0.0), 0.0),
                 ready_replicas=_f(replicas, "ready"),
                 target_replicas=_f(replicas, "target"),
-                state=state,
-                weight=min(max(_f(health, "weight", 1.0), 0.0), 1.0),
-                health_until_s=_f(health, "until_s", 0.0),
+                health=HealthRecord.from_fields(health),
                 usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
                 price_source=price.get("source", ""),
                 price_fetched_at_s=_f(price, "fetched_at_s", 0.0),
@@ -342,17 +261,39 @@ class LiveTables:
             mapping["target"] = str(target)
         await self._write(self._pool(pool_id, "replicas"), mapping)
 
-    async def set_health(
-        self, pool_id: str, state: PoolState, reason: str, weight: float = 1.0, until_s: float = 0.0
-    ) -> None:
-        """Record a pool's health state for every gateway replica. Idempotent."""
-        mapping = {
-            "state": state.value,
-            "reason": reason,
-            "weight": f"{weight:.4f}",
-            "until_s": f"{until_s:.3f}",
-        }
-        await self._write(self._pool(pool_id, "health"), mapping)
+    async def read_health(self, pool_id: str) -> HealthRecord:
+        """A pool's shared health record (the default HEALTHY record if none)."""
+        try:
+            raw = await self.redis.hgetall(self._pool(pool_id, "health"))
+        except RedisError as exc:
+            raise TableError(f"health read failed: {exc}") from exc
+        return HealthRecord.from_fields({_s(k): _s(v) for k, v in raw.items()})
+
+    async def update_health(
+        self, pool_id: str, change: Callable[[HealthRecord], HealthRecord | None], attempts: int = 8
+    ) -> tuple[HealthRecord, HealthRecord] | None:
+        """Apply ``change`` to a pool's health record atomically (compare-and-set on its
+        version) and announce it. Returns (before, after), or None if ``change`` found
+        nothing to do. Retries when another replica wrote first; raises TableError if it
+        keeps losing or Redis fails.
+        """
+        key = self._pool(pool_id, "health")
+        for _ in range(attempts):
+            current = await self.read_health(pool_id)
+            new = change(current)
+            if new is None:
+                return None
+            new = replace(new, version=current.version + 1)
+            flat: list[str] = [str(current.version)]
+            for field_name, value in new.to_fields().items():
+                flat += [field_name, value]
+            try:
+                won = await self._health_cas(keys=[key, self.events_channel], args=flat)
+            except RedisError as exc:
+                raise TableError(f"health write failed: {exc}") from exc
+            if won:
+                return current, new
+        raise TableError(f"health record of {pool_id} kept changing under us")
 
     async def set_price(self, pool_id: str, price: PriceEntry) -> None:
         """Record a pool's price in USD per GPU-hour. Idempotent."""

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import threading
 from collections.abc import Iterator
+from types import FrameType
 
 import uvicorn
 
 from gateway.app import create_app
+from gateway.context import Gateway
 from gateway.settings import GatewaySettings
 from skyroute.embedded_redis import EmbeddedRedis
 
@@ -27,8 +31,34 @@ def redis_for(settings: GatewaySettings) -> Iterator[GatewaySettings]:
         yield settings.model_copy(update={"redis_url": embedded.url})
 
 
+class GracefulServer(uvicorn.Server):
+    """uvicorn, with the shutdown a load-balanced gateway needs.
+
+    On SIGTERM: ``/readyz`` fails at once; ``drain_delay_s`` later uvicorn stops
+    accepting connections and lets in-flight requests and streams finish (up to its
+    graceful timeout); the lifespan then releases this replica's in-flight counts.
+    """
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway, drain_delay_s: float) -> None:
+        super().__init__(config)
+        self.gateway = gateway
+        self.drain_delay_s = drain_delay_s
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGTERM or self.gateway.draining:
+            super().handle_exit(sig, frame)
+            return
+        self.gateway.draining = True
+        logger.info("SIGTERM: not ready any more; stopping in %.1fs", self.drain_delay_s)
+        # A timer thread, not the event loop: this runs inside a signal handler.
+        timer = threading.Timer(self.drain_delay_s, super().handle_exit, args=(sig, frame))
+        timer.daemon = True
+        timer.start()
+
+
 def run_gateway(settings: GatewaySettings) -> None:
-    """Serve the gateway until SIGINT/SIGTERM. Needs ``settings.redis_url``."""
+    """Serve the gateway until SIGINT/SIGTERM (exit 0 after a graceful SIGTERM).
+    Needs ``settings.redis_url``."""
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -39,6 +69,9 @@ def run_gateway(settings: GatewaySettings) -> None:
         access_log=False,
         log_config=None,
         lifespan="on",
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=settings.shutdown_timeout_s,
     )
-    uvicorn.Server(config).run()
+    # uvicorn re-raises the signal it caught once it has shut down; a SIGTERM that has
+    # been handled gracefully must then end the process with status 0, not 143.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    GracefulServer(config, app.state.gateway, settings.drain_delay_s).run()

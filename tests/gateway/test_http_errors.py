@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from gateway.http_errors import error_response, to_response
 from router.errors import (
+    AdapterError,
     AuthenticationError,
     InvalidRequest,
     ModelNotFound,
@@ -60,7 +61,8 @@ def _error(response: Response) -> dict[str, Any]:
             "invalid_policy",
             None,
         ),
-        (TableError("redis"), 500, "server_error", None, None),
+        (TableError("redis"), 503, "service_unavailable", "tables_unavailable", None),
+        (AdapterError("cloud"), 500, "server_error", None, None),
         (SkyrouteError("?"), 500, "server_error", None, None),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None,
@@ -87,9 +89,13 @@ def test_the_message_is_the_errors_own(exc: SkyrouteError) -> None:
 
 
 def test_an_unmapped_error_does_not_leak_its_message() -> None:
-    assert _error(to_response(TableError("redis at 10.0.0.5 refused")))["message"] == (
+    assert _error(to_response(AdapterError("asg at 10.0.0.5 refused")))["message"] == (
         "internal error"
     )
+
+
+def test_a_table_error_does_not_leak_its_message() -> None:
+    assert "10.0.0.5" not in _error(to_response(TableError("redis at 10.0.0.5 refused")))["message"]
 
 
 def test_responses_are_json() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from router.compiled import CompiledPolicy, compile_policy
 from router.errors import ModelNotFound
+from router.health import HealthRecord
 from router.policy import Policy
 from router.policy_loader import load_policy
 from router.scoring import Ranking, RouteRequest, rank
@@ -185,14 +186,20 @@ def test_pool_outside_the_near_tie_band_does_not_win_on_load() -> None:
     assert _order(ranking) == [CHEAP, PRICEY]
 
 
-# An ejection lasts until health_until_s; snapshots here are taken at t=0.
-EJECTED = PoolRow(state=PoolState.EJECTED, health_until_s=60.0)
+# An ejection lasts until until_s; snapshots here are taken at t=0.
+EJECTED = PoolRow(health=HealthRecord(state=PoolState.EJECTED, until_s=60.0))
 
 
 @pytest.mark.parametrize(
-    "row", [EJECTED, PoolRow(state=PoolState.DRAINING)], ids=["ejected", "draining"]
+    "row",
+    [
+        EJECTED,
+        PoolRow(health=HealthRecord(state=PoolState.DRAINING)),
+        PoolRow(health=HealthRecord(state=PoolState.PROBING)),
+    ],
+    ids=["ejected", "draining", "probing"],
 )
-def test_ejected_or_draining_pool_is_never_tried(row: PoolRow) -> None:
+def test_ejected_draining_or_probing_pool_is_never_tried(row: PoolRow) -> None:
     policy = _cheap_and_pricey()
     snapshot = _snap(policy, cheap=row)
 
@@ -202,11 +209,17 @@ def test_ejected_or_draining_pool_is_never_tried(row: PoolRow) -> None:
     assert not ranking.eligible[policy.index[CHEAP]]
 
 
-def test_probing_pool_is_still_tried() -> None:
-    policy = _cheap_and_pricey()
-    snapshot = _snap(policy, cheap=PoolRow(state=PoolState.PROBING))
+def test_readmitted_pool_takes_only_its_ramp_share_of_requests() -> None:
+    policy = _cheap_and_pricey()  # default ramp_s is 30 s, starting at 10 %
+    row = PoolRow(health=HealthRecord(readmitted_s=100.0))
+    snapshot = Snapshot.build(policy, {CHEAP: row}, taken_at_s=115.0)  # half-way: 55 %
 
-    assert _order(rank(_req(), policy, snapshot)) == [CHEAP, PRICEY]
+    below = rank(_req(ramp_draw=0.5), policy, snapshot)
+    above = rank(_req(ramp_draw=0.6), policy, snapshot)
+
+    assert _order(below) == [CHEAP, PRICEY]
+    assert _order(above) == [PRICEY]
+    assert "ramping up" in above.why_ineligible[policy.index[CHEAP]]
 
 
 def test_ejected_pool_is_not_tried_even_as_a_fallback() -> None:
@@ -220,12 +233,12 @@ def test_ejected_pool_is_not_tried_even_as_a_fallback() -> None:
     assert _order(ranking) == []
 
 
-def test_ejection_past_its_until_time_no_longer_blocks_the_pool() -> None:
+def test_ejection_past_its_until_time_still_blocks_until_probes_readmit() -> None:
     policy = _cheap_and_pricey()
-    row = PoolRow(state=PoolState.EJECTED, health_until_s=60.0)
+    row = PoolRow(health=HealthRecord(state=PoolState.EJECTED, until_s=60.0))
     snapshot = Snapshot.build(policy, {CHEAP: row}, taken_at_s=61.0)
 
-    assert _order(rank(_req(), policy, snapshot)) == [CHEAP, PRICEY]
+    assert _order(rank(_req(), policy, snapshot)) == [PRICEY]
 
 
 def test_locally_blocked_pool_is_not_tried() -> None:
@@ -510,9 +523,7 @@ def _reference(
         ready = snapshot.ready[i]
         rtt = policy.rtt_ms[request.client_region][i]
         row = snapshot.rows[policy.pool_ids[i]]
-        blocked = row.state is PoolState.DRAINING or (
-            row.state is PoolState.EJECTED and row.health_until_s > snapshot.taken_at_s
-        )
+        blocked = row.state is not PoolState.HEALTHY
         if blocked or ready <= 0 or not math.isfinite(rtt):
             continue
         tpot = snapshot.tpot_ms[i] if not math.isnan(snapshot.tpot_ms[i]) else policy.tpot_ms[i]
@@ -536,8 +547,10 @@ def _random_rows(rng: np.random.Generator, policy: CompiledPolicy) -> dict[str, 
         rows[pid] = PoolRow(
             inflight=float(rng.integers(0, 60)),
             ready_replicas=float(rng.choice([0, 1, 2, 4])),
-            state=states[int(rng.integers(len(states)))],
-            health_until_s=float(rng.choice([0.0, 100.0])),
+            health=HealthRecord(
+                state=states[int(rng.integers(len(states)))],
+                until_s=float(rng.choice([0.0, 100.0])),
+            ),
             tpot_ewma_ms=float(rng.uniform(10, 90)) if rng.random() < 0.5 else math.nan,
             # Few distinct prices, some within 5 % of each other, so near-ties happen.
             usd_per_gpu_hour=(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,11 +14,11 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from router.errors import TableError
+from router.health import HealthRecord
 from router.snapshot import PoolState
 from router.tables import (
     EWMA_ALPHA,
     SAMPLES_KEPT,
-    HealthUpdate,
     LiveTables,
     PoolObservations,
     PriceEntry,
@@ -38,7 +39,6 @@ async def _flush(
     inflight: dict[str, int] | None = None,
     observations: dict[str, PoolObservations] | None = None,
     now_ms: int = NOW_MS,
-    health: dict[str, HealthUpdate] | None = None,
 ) -> None:
     await tables.flush(
         replica,
@@ -46,7 +46,6 @@ async def _flush(
         inflight=inflight or {},
         inflight_ttl_ms=TTL_MS,
         observations=observations or {},
-        health=health,
     )
 
 
@@ -293,28 +292,48 @@ def test_set_replicas_shows_up_in_read(live_redis: RedisTarget) -> None:
     assert (row.ready_replicas, row.target_replicas) == (3, 5)
 
 
-def test_set_health_shows_up_in_read(live_redis: RedisTarget) -> None:
+def _eject(record: HealthRecord) -> HealthRecord:
+    return replace(record, state=PoolState.EJECTED, reason="5xx burst", until_s=99.5)
+
+
+def test_update_health_shows_up_in_read_with_a_new_version(live_redis: RedisTarget) -> None:
     async def scenario(tables: LiveTables) -> Any:
-        await tables.set_health(POOL, PoolState.EJECTED, "5xx burst", weight=0.25, until_s=99.5)
-        return await _read(tables)
+        before_after = await tables.update_health(POOL, _eject)
+        return before_after, (await _read(tables))[POOL]
 
-    row = _run(live_redis, scenario)[POOL]
+    (before, after), row = _run(live_redis, scenario)
 
-    assert row.state is PoolState.EJECTED
-    assert row.weight == 0.25
-    assert row.health_until_s == 99.5
+    assert (before.version, after.version) == (0, 1)
+    assert row.health == after
+    assert (row.state, row.health.until_s, row.health.reason) == (
+        PoolState.EJECTED,
+        99.5,
+        "5xx burst",
+    )
 
 
-def test_health_sent_with_a_flush_shows_up_in_read(live_redis: RedisTarget) -> None:
+def test_update_health_that_changes_nothing_writes_nothing(live_redis: RedisTarget) -> None:
     async def scenario(tables: LiveTables) -> Any:
-        update = HealthUpdate(PoolState.DRAINING, "scale-in", weight=0.0)
-        await _flush(tables, "gw-a", health={POOL: update})
-        return await _read(tables)
+        result = await tables.update_health(POOL, lambda record: None)
+        return result, await tables.read_health(POOL)
 
-    row = _run(live_redis, scenario)[POOL]
+    result, record = _run(live_redis, scenario)
 
-    assert row.state is PoolState.DRAINING
-    assert row.weight == 0.0
+    assert result is None
+    assert record.version == 0
+
+
+def test_concurrent_health_updates_are_all_applied_once(live_redis: RedisTarget) -> None:
+    def bump(record: HealthRecord) -> HealthRecord:
+        return replace(record, probe_ok=record.probe_ok + 1)
+
+    async def scenario(tables: LiveTables) -> Any:
+        await asyncio.gather(*(tables.update_health(POOL, bump) for _ in range(5)))
+        return await tables.read_health(POOL)
+
+    record = _run(live_redis, scenario)
+
+    assert (record.probe_ok, record.version) == (5, 5)
 
 
 async def _event_after(
@@ -343,13 +362,14 @@ async def _event_after(
         await listener.aclose()
 
 
+async def _ignore(result: Awaitable[Any]) -> None:
+    await result
+
+
 WRITERS: dict[str, Callable[[LiveTables], Awaitable[None]]] = {
     "set_price": lambda t: t.set_price(POOL, PriceEntry(2.0, "static", 0.0)),
     "set_replicas": lambda t: t.set_replicas(POOL, ready=2),
-    "set_health": lambda t: t.set_health(POOL, PoolState.PROBING, "readmit", weight=0.1),
-    "flush_health": lambda t: _flush(
-        t, "gw-a", health={POOL: HealthUpdate(PoolState.EJECTED, "timeouts", until_s=1.0)}
-    ),
+    "update_health": lambda t: _ignore(t.update_health(POOL, _eject)),
 }
 
 
@@ -413,7 +433,8 @@ OPERATIONS: dict[str, Callable[[LiveTables], Awaitable[Any]]] = {
     "read_own_inflight": lambda t: t.read_own_inflight("gw-a"),
     "set_price": lambda t: t.set_price(POOL, PriceEntry(1.0, "static", 0.0)),
     "set_replicas": lambda t: t.set_replicas(POOL, ready=1),
-    "set_health": lambda t: t.set_health(POOL, PoolState.HEALTHY, "ok"),
+    "update_health": lambda t: t.update_health(POOL, _eject),
+    "read_health": lambda t: t.read_health(POOL),
     "clear_pool": lambda t: t.clear_pool(POOL),
 }
 

@@ -1,0 +1,114 @@
+"""Drives the shared health state machine (``router.health``) from this replica.
+
+- Passive: ejections found by ``gateway.outlier`` on real traffic become EJECT events.
+- Active: every ``probe_interval_s`` each pool is probed (``gateway.probe``), except an
+  ejected pool whose backoff is not over yet, and the result becomes PROBE_OK/FAIL.
+- Operators and the autoscaler send DRAIN and UNCORDON through the admin API.
+
+Each event is applied to the pool's record in Redis with a compare-and-set, so every
+gateway replica shares one state machine; each transition is logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from adapters.upstream import UpstreamClient
+from gateway.metrics import GatewayMetrics
+from gateway.probe import probe_pool
+from gateway.routing_state import RoutingState
+from router.errors import TableError
+from router.health import HealthEvent, HealthRecord, PoolState, transition
+from router.tables import LiveTables
+
+logger = logging.getLogger(__name__)
+
+
+class HealthMonitor:
+    """Applies health events for one gateway replica. Loops run until cancelled."""
+
+    def __init__(self, state: RoutingState, tables: LiveTables, metrics: GatewayMetrics) -> None:
+        self.state = state
+        self.tables = tables
+        self.metrics = metrics
+
+    async def apply(
+        self, pool_id: str, event: HealthEvent, reason: str = ""
+    ) -> HealthRecord | None:
+        """Apply one event to the shared record; returns the new record, or None if it
+        changed nothing. Raises TableError when Redis cannot be reached."""
+        policy = self.state.policy.policy
+        now = time.time()
+        result = await self.tables.update_health(
+            pool_id,
+            lambda rec: transition(rec, event, now, policy.health, policy.routing.outlier, reason),
+        )
+        if result is None:
+            return None
+        before, after = result
+        if before.state is not after.state:
+            logger.info(
+                "pool %s: %s -> %s (%s)",
+                pool_id,
+                before.state.value,
+                after.state.value,
+                after.reason,
+            )
+            self.metrics.pool_transitions.labels(
+                pool_id, before.state.value, after.state.value
+            ).inc()
+        if after.needs_replacement and not before.needs_replacement:
+            logger.warning(
+                "pool %s flagged needs-replacement after %d relapses", pool_id, after.relapses
+            )
+        return after
+
+    async def events(self, interval_s: float = 0.05) -> None:
+        """Loop: turn this replica's passive ejections into shared EJECT events."""
+        while True:
+            await asyncio.sleep(interval_s)
+            for pool_id, reason in self.state.outlier.take_ejections().items():
+                try:
+                    await self.apply(pool_id, HealthEvent.EJECT, reason)
+                except TableError:
+                    self.state.outlier.requeue(pool_id, reason)
+
+    async def probe_round(self, upstream: UpstreamClient) -> None:
+        """Probe every pool that is due once, and apply the results."""
+        policy = self.state.policy.policy
+        now = time.time()
+        rows = self.state.snapshot.rows
+        due = []
+        for pool in policy.pools:
+            record = rows[pool.id].health if pool.id in rows else HealthRecord()
+            if record.state is PoolState.EJECTED and now < record.until_s:
+                continue  # backing off
+            due.append(pool)
+        settings = policy.health
+        results = await asyncio.gather(
+            *(probe_pool(upstream, p, settings.probe_path, settings.probe_timeout_s) for p in due)
+        )
+        rtt = {}
+        for pool, result in zip(due, results, strict=True):
+            event = HealthEvent.PROBE_OK if result.ok else HealthEvent.PROBE_FAIL
+            with contextlib.suppress(TableError):
+                await self.apply(
+                    pool.id, event, "" if result.ok else f"probe failed: {result.detail}"
+                )
+            if result.rtt_ms is not None:
+                rtt[pool.id] = result.rtt_ms
+        if rtt:
+            with contextlib.suppress(TableError):
+                await self.tables.record_rtt(rtt)
+
+    async def probes(self, upstream: UpstreamClient) -> None:
+        """Loop: a probe round every ``health.probe_interval_s`` of the running policy."""
+        while True:
+            await asyncio.sleep(self.state.policy.policy.health.probe_interval_s)
+            try:
+                await self.probe_round(upstream)
+            except Exception:
+                logger.exception("probe round failed")

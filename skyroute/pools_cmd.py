@@ -1,0 +1,107 @@
+"""``skyroute pools`` and ``skyroute pool drain|uncordon ID``: the fleet's health through
+the admin API of a running gateway (``SKYROUTE_ADMIN_URL``, default
+``http://127.0.0.1:$SKYROUTE_PORT``, with ``SKYROUTE_ADMIN_TOKEN``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import httpx
+
+
+def _client() -> httpx.Client:
+    base = (
+        os.environ.get("SKYROUTE_ADMIN_URL")
+        or f"http://127.0.0.1:{os.environ.get('SKYROUTE_PORT', '8080')}"
+    )
+    token = os.environ.get("SKYROUTE_ADMIN_TOKEN", "")
+    return httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=None)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_pools(pools: list[dict[str, Any]]) -> str:
+    """The pools as a fixed-width table."""
+    head = (
+        f"{'pool':<36} {'state':<9} {'infl':>5} {'ready':>5} {'ttft_ms':>8} {'tpot_ms':>8} "
+        f"{'rtt_ms':>7} {'$/gpu-h':>8}  flags / reason"
+    )
+    lines = [head, "-" * len(head)]
+    for p in pools:
+        flags = "NEEDS-REPLACEMENT " if p["needs_replacement"] else ""
+        if p["weight"] is not None and 0 < p["weight"] < 1:
+            flags += f"ramp {p['weight']:.0%} "
+        lines.append(
+            f"{p['id']:<36} {p['state']:<9} {p['inflight']:>5.0f} "
+            f"{_fmt(p['ready_replicas'], '>5.0f')} {_fmt(p['ttft_ewma_ms'], '>8.0f')} "
+            f"{_fmt(p['tpot_ewma_ms'], '>8.1f')} {_fmt(p['rtt_ms'], '>7.1f')} "
+            f"{_fmt(p['usd_per_gpu_hour'], '>8.3f')}  {flags}{p['reason']}"
+        )
+    return "\n".join(lines)
+
+
+def cmd_pools(_: argparse.Namespace) -> int:
+    with _client() as client:
+        reply = client.get("/admin/pools")
+    if reply.status_code != 200:
+        print(f"skyroute: {reply.status_code} {reply.text}", file=sys.stderr)
+        return 1
+    print(render_pools(reply.json()["pools"]))
+    return 0
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"wait": "true" if args.wait else "false"}
+    if args.deadline is not None:
+        params["deadline_s"] = args.deadline
+    with _client() as client:
+        reply = client.post(f"/admin/pools/{args.pool_id}/drain", params=params)
+    if reply.status_code != 200:
+        print(f"skyroute: {reply.status_code} {reply.text}", file=sys.stderr)
+        return 1
+    body = reply.json()
+    if body["drained"]:
+        print(
+            f"{args.pool_id}: drained (in-flight 0 on every replica after {body['waited_s']:.1f}s)"
+        )
+        return 0
+    status = "still has" if args.wait else "cordoned; it has"
+    print(f"{args.pool_id}: {status} {body['inflight']:.0f} request(s) in flight")
+    return 2 if args.wait else 0
+
+
+def cmd_uncordon(args: argparse.Namespace) -> int:
+    with _client() as client:
+        reply = client.post(f"/admin/pools/{args.pool_id}/uncordon")
+    if reply.status_code != 200:
+        print(f"skyroute: {reply.status_code} {reply.text}", file=sys.stderr)
+        return 1
+    print(f"{args.pool_id}: {reply.json()['state']}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``pools`` and ``pool drain|uncordon``."""
+    p = sub.add_parser(
+        "pools", help="table of every pool: state, in-flight, latency, price, replicas"
+    )
+    p.set_defaults(func=cmd_pools)
+    p = sub.add_parser("pool", help="cordon/drain or uncordon one pool")
+    pool_sub = p.add_subparsers(dest="pool_command", required=True)
+    d = pool_sub.add_parser(
+        "drain", help="stop new requests at once; --wait for in-flight to finish"
+    )
+    d.add_argument("pool_id")
+    d.add_argument(
+        "--wait", action="store_true", help="wait until in-flight reaches zero on every replica"
+    )
+    d.add_argument("--deadline", type=float, help="seconds to wait at most (default: the policy's)")
+    d.set_defaults(func=cmd_drain)
+    u = pool_sub.add_parser("uncordon", help="bring a drained pool back")
+    u.add_argument("pool_id")
+    u.set_defaults(func=cmd_uncordon)
