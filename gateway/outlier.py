@@ -75,11 +75,13 @@ class OutlierDetector:
         return sum(b[1] for b in window), sum(b[2] for b in window)
 
     def on_success(self, pool_id: str, now: float) -> None:
-        """Record a successful attempt; lifts a local half-open block."""
+        """Record a successful attempt. Only the half-open trial (or a success after the
+        backoff) lifts a local block: a request sent before the ejection that succeeds
+        during the backoff says little about the pool now."""
         health = self._pools.setdefault(pool_id, _PoolHealth())
         health.failures = 0
         self._count(health, now, ok=True)
-        if pool_id in self._ejected:
+        if pool_id in self._ejected and (health.trial_running or now >= health.ejected_until):
             self._ejected.discard(pool_id)
             health.ejections = 0
             health.trial_running = False

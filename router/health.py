@@ -13,6 +13,7 @@ clock: ``now`` (unix seconds) is passed in.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -89,9 +90,10 @@ class HealthRecord:
 
         def num(key: str) -> float:
             try:
-                return float(raw.get(key, 0) or 0)
+                value = float(raw.get(key, 0) or 0)
             except ValueError:
                 return 0.0
+            return value if math.isfinite(value) else 0.0
 
         try:
             state = PoolState(raw.get("state", PoolState.HEALTHY.value))
@@ -116,8 +118,11 @@ def _eject(
     rec: HealthRecord, now: float, reason: str, health: HealthSettings, outlier: OutlierSettings
 ) -> HealthRecord:
     backoff = min(outlier.base_ejection_s * 2**rec.ejections, outlier.max_ejection_s)
-    relapsed = rec.readmitted_s > 0 and now - rec.readmitted_s < max(
-        health.ramp_s, health.probe_interval_s
+    # A relapse is a readmitted pool failing again soon; a failed probe while probing is
+    # the same failed readmission, not another one.
+    window = max(health.ramp_s, health.probe_interval_s)
+    relapsed = (
+        rec.state is PoolState.HEALTHY and rec.readmitted_s > 0 and now - rec.readmitted_s < window
     )
     relapses = rec.relapses + 1 if relapsed else rec.relapses
     return replace(

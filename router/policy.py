@@ -201,7 +201,8 @@ class RoutingSettings(_Strict):
     near_tie: float = Field(default=0.02, ge=0, lt=1)
     max_attempts: int = Field(default=3, ge=1, le=10)
     # Retries (attempts after the first) may be at most this share of requests over
-    # ``retry_budget_window_s``, plus ``retry_budget_min`` so low traffic can fail over.
+    # ``retry_budget_window_s``, but never fewer than ``retry_budget_min`` per window, so
+    # low traffic can still fail over.
     retry_budget_ratio: float = Field(default=0.2, ge=0, le=1)
     retry_budget_min: int = Field(default=10, ge=0)
     retry_budget_window_s: float = Field(default=10.0, gt=0)
@@ -209,6 +210,9 @@ class RoutingSettings(_Strict):
     first_byte_timeout_ms: float = Field(default=60000, gt=0)
     idle_timeout_ms: float = Field(default=30000, gt=0)
     default_client_region: str
+    # A measured TTFT/TPOT that no request has refreshed for this long is ignored in
+    # favour of the pool's profile, so a pool that measured slow can be tried again.
+    measurement_ttl_s: float = Field(default=30.0, gt=0)
     outlier: OutlierSettings = OutlierSettings()
 
 

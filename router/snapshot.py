@@ -24,6 +24,9 @@ class PoolRow:
 
     ttft_ewma_ms: float = float("nan")
     tpot_ewma_ms: float = float("nan")
+    # When each estimate was last fed by real traffic (unix s; 0 = unknown).
+    ttft_at_s: float = 0.0
+    tpot_at_s: float = 0.0
     ttft_p50_ms: float = float("nan")
     ttft_p99_ms: float = float("nan")
     tpot_p50_ms: float = float("nan")
@@ -45,6 +48,8 @@ class PoolRow:
     usd_per_gpu_hour: float = float("nan")
     price_source: str = ""
     price_fetched_at_s: float = 0.0
+    # The feed's price is older than the policy's bound; still routed on, but shown.
+    price_stale: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,10 +148,17 @@ class Snapshot:
         )
 
         ramp_s = policy.policy.health.ramp_s
+        ttl = policy.policy.routing.measurement_ttl_s
+
+        def fresh(value: float, at_s: float) -> float:
+            # A pool that got no traffic for a while (say, because it measured slow) is
+            # judged by its profile again, so it can win traffic back and be re-measured.
+            return value if at_s <= 0 or taken_at_s - at_s <= ttl else float("nan")
+
         snap = cls(
             pool_ids=policy.pool_ids,
-            ttft_ms=col([r.ttft_ewma_ms for r in ordered]),
-            tpot_ms=col([r.tpot_ewma_ms for r in ordered]),
+            ttft_ms=col([fresh(r.ttft_ewma_ms, r.ttft_at_s) for r in ordered]),
+            tpot_ms=col([fresh(r.tpot_ewma_ms, r.tpot_at_s) for r in ordered]),
             inflight=col([r.inflight for r in ordered]),
             ready=ready,
             available=np.asarray([r.state is PoolState.HEALTHY for r in ordered], dtype=np.bool_),

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 # EWMA over a batch of n observations with mean x: the same result as n single updates
 # with an equal value, so flush batching does not change the estimate's time constant.
+# Each estimate also records when it was last fed (ARGV[8], unix ms), so a reader can
+# ignore one that no traffic has refreshed for a while.
 EWMA_LUA = """
 local alpha = tonumber(ARGV[1])
 local function upd(field, n, mean)
   if n <= 0 then return end
+  redis.call('HSET', KEYS[1], field .. '_at_ms', ARGV[8])
   local cur = redis.call('HGET', KEYS[1], field)
   if not cur then
     redis.call('HSET', KEYS[1], field, mean)

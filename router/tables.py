@@ -7,7 +7,8 @@ Schema (all keys under ``{prefix}``, default ``sr:v1``):
     pool:{id}:tpot       list   recent TPOT samples, ms
     pool:{id}:replicas   hash   ready, target                                 (fleet/autoscaler)
     pool:{id}:health     hash   router.health.HealthRecord, compare-and-set on version
-    price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s         (price feeds)
+    price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
+                               [usd_per_hour, instance_type, purchase]
     inflight:{replica}   hash   pool id -> requests in flight on that gateway replica (TTL)
     replicas             zset   gateway replica id -> last heartbeat, unix ms
     events               pub/sub channel: a table changed, refresh the snapshot now
@@ -50,11 +51,20 @@ class PoolObservations:
 
 @dataclass(frozen=True)
 class PriceEntry:
-    """A pool's price as the feeds last saw it."""
+    """A pool's price as the feeds last saw it.
+
+    ``stale``: older than the policy's bound; routing still uses it, but shows it.
+    ``usd_per_hour``, ``instance_type`` and ``purchase`` describe the priced instance
+    (optional, for display).
+    """
 
     usd_per_gpu_hour: float
     source: str
     fetched_at_s: float
+    stale: bool = False
+    usd_per_hour: float | None = None
+    instance_type: str = ""
+    purchase: str = ""
 
 
 def _f(raw: Mapping[str, str], key: str, default: float = float("nan")) -> float:
@@ -142,6 +152,7 @@ class LiveTables:
                 sum(obs.tpot_ms) / n_tpot if n_tpot else 0,
                 obs.ok,
                 obs.errors,
+                now_ms,
             ]
             await self._ewma(keys=[self._pool(pool_id, "stats")], args=args, client=pipe)
             for table, samples in (("ttft", obs.ttft_ms), ("tpot", obs.tpot_ms)):
@@ -217,6 +228,8 @@ class LiveTables:
             rows[pid] = PoolRow(
                 ttft_ewma_ms=_f(stats, "ttft_ewma_ms"),
                 tpot_ewma_ms=_f(stats, "tpot_ewma_ms"),
+                ttft_at_s=_f(stats, "ttft_ewma_ms_at_ms", 0.0) / 1000.0,
+                tpot_at_s=_f(stats, "tpot_ewma_ms_at_ms", 0.0) / 1000.0,
                 ttft_p50_ms=ttft_p50,
                 ttft_p99_ms=ttft_p99,
                 tpot_p50_ms=tpot_p50,
@@ -231,6 +244,7 @@ class LiveTables:
                 usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
                 price_source=price.get("source", ""),
                 price_fetched_at_s=_f(price, "fetched_at_s", 0.0),
+                price_stale=price.get("stale") == "1",
             )
         return rows
 
@@ -301,7 +315,12 @@ class LiveTables:
             "usd_per_gpu_hour": repr(price.usd_per_gpu_hour),
             "source": price.source,
             "fetched_at_s": f"{price.fetched_at_s:.3f}",
+            "stale": "1" if price.stale else "0",
+            "instance_type": price.instance_type,
+            "purchase": price.purchase,
         }
+        if price.usd_per_hour is not None:
+            mapping["usd_per_hour"] = repr(price.usd_per_hour)
         await self._write(self._price(pool_id), mapping)
 
     async def _write(self, key: str, mapping: Mapping[str, str]) -> None:
