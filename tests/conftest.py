@@ -38,3 +38,13 @@ def redis_url() -> Iterator[str]:
         return
     with EmbeddedRedis() as embedded:
         yield embedded.url
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the figures integration tests measured (see tests/figures.py)."""
+    from tests.figures import FIGURES  # noqa: PLC0415 - only when the run ends
+
+    if FIGURES:
+        terminalreporter.section("measured figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)

@@ -164,8 +164,14 @@ def pool(
     }
 
 
-def policy_doc(pools: list[dict[str, Any]], models: list[str], **routing: Any) -> dict[str, Any]:
-    """A whole policy with one client region that may use every pool at 5 ms RTT."""
+def policy_doc(
+    pools: list[dict[str, Any]],
+    models: list[str],
+    health: dict[str, Any] | None = None,
+    **routing: Any,
+) -> dict[str, Any]:
+    """A whole policy with one client region that may use every pool at 5 ms RTT.
+    ``health`` overrides the health state machine's settings."""
     locations = {f"{p['provider']}:{p['region']}" for p in pools}
     return {
         "version": 1,
@@ -177,6 +183,7 @@ def policy_doc(pools: list[dict[str, Any]], models: list[str], **routing: Any) -
         "pools": pools,
         "client_regions": {"us": {"rtt_ms": {loc: 5.0 for loc in sorted(locations)}}},
         "routing": {"default_client_region": "us", **routing},
+        "health": health or {},
     }
 
 
