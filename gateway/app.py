@@ -21,7 +21,9 @@ from gateway.proxy import Forwarder
 from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
 from gateway.routes_ops import ops_router
+from gateway.routes_tenants import tenants_router
 from gateway.settings import GatewaySettings
+from router.errors import TableError
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +35,19 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         upstream = UpstreamClient()
-        gw.forwarder = Forwarder(gw.state, upstream, gw.metrics)
+        gw.forwarder = Forwarder(gw.state, upstream, gw.metrics, gw.usage)
         with contextlib.suppress(Exception):
             await gw.sync.refresh_once()
             gw.state.redis_ok = True
+        with contextlib.suppress(TableError):
+            await gw.access.publish()
         tasks = [
             asyncio.create_task(gw.sync.refresh(), name="snapshot-refresh"),
             asyncio.create_task(gw.sync.flush(), name="table-flush"),
             asyncio.create_task(gw.sync.listen(gw.tables.redis), name="table-events"),
             asyncio.create_task(gw.policies.watch(settings.policy_poll_s), name="policy-watch"),
             asyncio.create_task(gw.health.events(), name="health-events"),
+            asyncio.create_task(gw.access.refresh_loop(), name="tenant-refresh"),
             asyncio.create_task(gw.health.probes(upstream), name="health-probes"),
         ]
         logger.info(
@@ -58,6 +63,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # The last usage records and counters go out before the process does.
+            with contextlib.suppress(TableError):
+                await gw.sync.flush_once()
             await gw.sync.release()
             await upstream.close()
             await gw.tables.redis.aclose()
@@ -74,6 +82,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     http_errors.install(app)
     app.router.routes.extend(openai_routes(gw))
     app.include_router(admin_router(gw))
+    app.include_router(tenants_router(gw))
     app.include_router(ops_router(gw))
 
     def openapi() -> dict[str, Any]:

@@ -1,17 +1,20 @@
-"""API key checks. Keys are held only as SHA-256 digests and compared in constant time."""
+"""The admin credential check. Held only as a SHA-256 digest, compared in constant time.
+
+(Client API keys are checked by ``gateway.access`` against the key table.)
+"""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Iterable
 
+from router.auth_digest import digest_hex
 from router.errors import AuthenticationError
 
 
 def digest(secret: str) -> bytes:
     """SHA-256 of a secret; what skyroute stores instead of the secret."""
-    return hashlib.sha256(secret.encode()).digest()
+    return bytes.fromhex(digest_hex(secret))
 
 
 class KeyRing:

@@ -5,10 +5,12 @@ Nothing here is global: ``build_gateway(settings)`` returns a fresh Gateway.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from gateway.access import AccessControl
 from gateway.auth import KeyRing
 from gateway.health import HealthMonitor
 from gateway.metrics import GatewayMetrics
@@ -17,6 +19,9 @@ from gateway.proxy import Forwarder
 from gateway.routing_state import RoutingState
 from gateway.settings import GatewaySettings
 from gateway.sync import TableSync
+from gateway.usage import UsageLog
+from router.access_table import AccessTables
+from router.compiled import CompiledPolicy
 from router.tables import LiveTables
 
 
@@ -27,12 +32,13 @@ class Gateway:
     settings: GatewaySettings
     state: RoutingState
     policies: PolicyStore
-    client_keys: KeyRing
     admin_keys: KeyRing
     metrics: GatewayMetrics
     tables: LiveTables
     sync: TableSync
     health: HealthMonitor
+    access: AccessControl
+    usage: UsageLog
     forwarder: Forwarder | None = None
     draining: bool = False
 
@@ -41,7 +47,6 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
     """Load the policy and build the in-process state. Raises PolicyError."""
     compiled = PolicyStore.load_initial(settings.policy)
     state = RoutingState(compiled)
-    policies = PolicyStore(settings.policy, state.swap_policy)
     if settings.redis_url is None:
         raise ValueError(
             "SKYROUTE_REDIS_URL is required (the CLI starts an embedded Redis when unset)"
@@ -52,25 +57,40 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5, health_check_interval=5
     )
     tables = LiveTables(redis, prefix=settings.redis_prefix)
+    access_tables = AccessTables(redis, prefix=settings.redis_prefix)
+    usage = UsageLog()
     sync = TableSync(
         state,
         tables,
+        access_tables,
+        usage,
         settings.replica_id,
         refresh_interval_s=settings.snapshot_interval_ms / 1000,
         flush_interval_s=settings.flush_interval_ms / 1000,
         replica_ttl_ms=settings.replica_ttl_ms,
     )
-    client = [settings.api_key.get_secret_value()] if settings.api_key else []
+    bootstrap = settings.api_key.get_secret_value() if settings.api_key else None
     admin = [settings.admin_token.get_secret_value()] if settings.admin_token else []
     metrics = GatewayMetrics()
+    access = AccessControl(access_tables, compiled.policy, bootstrap)
+    background: set[asyncio.Task[None]] = set()
+
+    def on_swap(new: CompiledPolicy) -> None:
+        state.swap_policy(new)
+        # Reloads run inside the event loop (file watcher, admin API).
+        task = asyncio.get_running_loop().create_task(access.on_policy(new.policy))
+        background.add(task)
+        task.add_done_callback(background.discard)
+
     return Gateway(
         settings=settings,
         state=state,
-        policies=policies,
-        client_keys=KeyRing(client),
+        policies=PolicyStore(settings.policy, on_swap),
         admin_keys=KeyRing(admin),
         metrics=metrics,
         tables=tables,
         sync=sync,
         health=HealthMonitor(state, tables, metrics),
+        access=access,
+        usage=usage,
     )

@@ -23,6 +23,8 @@ from gateway.openai_request import ParsedRequest
 from gateway.retry_budget import RetryBudget
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
+from gateway.usage import UsageLog
+from router.access_table import NANO, UsageRecord
 from router.errors import (
     NoFeasiblePool,
     RoutingError,
@@ -38,6 +40,20 @@ logger = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent the request and what admission charged: for usage records and overhead.
+
+    ``received_at`` is ``time.perf_counter()`` when the gateway got the request;
+    ``est_tokens`` is what the tenant's TPM bucket was charged at admission.
+    """
+
+    tenant: str
+    request_id: str
+    est_tokens: int
+    received_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +85,16 @@ class Forwarder:
     """Sends requests upstream through ``UpstreamClient`` with failover."""
 
     def __init__(
-        self, state: RoutingState, upstream: UpstreamClient, metrics: GatewayMetrics
+        self,
+        state: RoutingState,
+        upstream: UpstreamClient,
+        metrics: GatewayMetrics,
+        usage: UsageLog,
     ) -> None:
         self.state = state
         self.upstream = upstream
         self.metrics = metrics
+        self.usage = usage
         self._rr: dict[str, int] = {}
         routing = state.policy.policy.routing
         self.retry_budget = RetryBudget(
@@ -97,15 +118,30 @@ class Forwarder:
         route: RouteRequest,
         path: str,
         headers: dict[str, str],
-        received_at: float,
+        ctx: RequestContext,
     ) -> Response:
-        """Route and forward one request; return the client's response.
+        """Route and forward one request; return the client's response. Every outcome,
+        failures included, becomes one usage record.
 
         Raises RoutingError/NoFeasiblePool when no pool may take it, or the last
-        UpstreamError when every attempt failed. ``received_at`` (perf_counter seconds)
-        is when the gateway got the request; the time up to the first attempt is the
-        gateway's own overhead.
+        UpstreamError when every attempt failed. The time from ``ctx.received_at`` to
+        the first attempt is the gateway's own overhead.
         """
+        try:
+            return await self._forward(parsed, route, path, headers, ctx)
+        except (RoutingError, UpstreamError) as exc:
+            status = "no_pool" if isinstance(exc, RoutingError) else "upstream_error"
+            self._record(ctx, route, None, 0, 0, 0.0, status)
+            raise
+
+    async def _forward(
+        self,
+        parsed: ParsedRequest,
+        route: RouteRequest,
+        path: str,
+        headers: dict[str, str],
+        ctx: RequestContext,
+    ) -> Response:
         now = time.time()
         self.retry_budget.on_request(now)
         ranking = self.state.rank(route, now)
@@ -134,11 +170,11 @@ class Forwarder:
             if number > 1:
                 self.metrics.failovers.labels(model=route.model).inc()
             else:
-                self.metrics.overhead_seconds.observe(time.perf_counter() - received_at)
+                self.metrics.overhead_seconds.observe(time.perf_counter() - ctx.received_at)
             try:
                 if parsed.stream:
-                    return await self._stream(parsed, attempt, headers, route)
-                return await self._unary(parsed, attempt, headers, route)
+                    return await self._stream(parsed, attempt, headers, route, ctx)
+                return await self._unary(parsed, attempt, headers, route, ctx)
             except UpstreamError as exc:
                 last = exc
                 self.state.outlier.release_trial(pool.id)
@@ -146,6 +182,33 @@ class Forwarder:
         if last is None:
             raise _unavailable(ranking, route.model)
         raise last
+
+    def _record(
+        self,
+        ctx: RequestContext,
+        route: RouteRequest,
+        pool: PoolSpec | None,
+        prompt: int,
+        completion: int,
+        cost_usd: float,
+        status: str,
+    ) -> None:
+        self.usage.record(
+            UsageRecord(
+                ts_s=time.time(),
+                request_id=ctx.request_id,
+                tenant=ctx.tenant,
+                model=route.model,
+                pool=pool.id if pool else "",
+                provider=pool.provider if pool else "",
+                region=pool.location if pool else "",
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost_nusd=round(cost_usd * NANO),
+                status=status,
+                est_tokens=ctx.est_tokens,
+            )
+        )
 
     def _failed(self, pool_id: str, exc: UpstreamError) -> None:
         self.state.observe(pool_id, ok=False)
@@ -177,7 +240,12 @@ class Forwarder:
         return resp
 
     async def _unary(
-        self, parsed: ParsedRequest, attempt: _Attempt, headers: dict[str, str], route: RouteRequest
+        self,
+        parsed: ParsedRequest,
+        attempt: _Attempt,
+        headers: dict[str, str],
+        route: RouteRequest,
+        ctx: RequestContext,
     ) -> Response:
         pool_id = attempt.pool.id
         self.state.acquire(pool_id)
@@ -195,11 +263,13 @@ class Forwarder:
         if resp.status != 200:
             # A client error (bad parameters, context too long): the pool is healthy.
             self.state.outlier.on_success(pool_id, time.time())
+            self._record(ctx, route, attempt.pool, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
         prompt, completion = _usage(body)
-        tokens = (prompt or route.prompt_tokens) + (completion or 0)
+        prompt_tokens = prompt if prompt is not None else route.prompt_tokens
+        tokens = prompt_tokens + (completion or 0)
         tpot = None
         if completion and completion >= 8:
             # No first-token time is visible without streaming; the prefill share is
@@ -209,12 +279,17 @@ class Forwarder:
         self.state.observe(pool_id, ok=True, tpot_ms=tpot)
         self.state.outlier.on_success(pool_id, time.time())
         self.metrics.observe_request(route, pool_id, "200", elapsed_ms / 1000.0)
-        return Response(
-            body, media_type=_JSON, headers=self._headers(attempt, tokens * attempt.usd_per_token)
-        )
+        cost = tokens * attempt.usd_per_token
+        self._record(ctx, route, attempt.pool, prompt_tokens, completion or 0, cost, "ok")
+        return Response(body, media_type=_JSON, headers=self._headers(attempt, cost))
 
     async def _stream(
-        self, parsed: ParsedRequest, attempt: _Attempt, headers: dict[str, str], route: RouteRequest
+        self,
+        parsed: ParsedRequest,
+        attempt: _Attempt,
+        headers: dict[str, str],
+        route: RouteRequest,
+        ctx: RequestContext,
     ) -> Response:
         pool_id = attempt.pool.id
         self.state.acquire(pool_id)
@@ -232,6 +307,7 @@ class Forwarder:
                 resp.close()
                 self.state.release(pool_id)
             self.state.outlier.on_success(pool_id, time.time())
+            self._record(ctx, route, attempt.pool, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
@@ -260,7 +336,7 @@ class Forwarder:
             self._failed(pool_id, err)
             raise err from exc
         est_cost = (route.prompt_tokens + (route.max_output_tokens or 0)) * attempt.usd_per_token
-        body_iter = self._relay(first, chunks, resp, watch, attempt, route, started)
+        body_iter = self._relay(first, chunks, resp, watch, attempt, route, started, ctx)
         return StreamingResponse(
             body_iter,
             media_type="text/event-stream",
@@ -276,6 +352,7 @@ class Forwarder:
         attempt: _Attempt,
         route: RouteRequest,
         started: float,
+        ctx: RequestContext,
     ) -> AsyncIterator[bytes]:
         pool_id = attempt.pool.id
         status = "200"
@@ -299,3 +376,15 @@ class Forwarder:
                 self.state.observe(pool_id, ok=True, ttft_ms=ttft_ms, tpot_ms=watch.tpot_ms())
                 self.state.outlier.on_success(pool_id, time.time())
             self.metrics.observe_request(route, pool_id, status, time.perf_counter() - started)
+            prompt = watch.prompt_tokens if watch.prompt_tokens is not None else route.prompt_tokens
+            completion = watch.output_tokens()
+            cost = (prompt + completion) * attempt.usd_per_token
+            self._record(
+                ctx,
+                route,
+                attempt.pool,
+                prompt,
+                completion,
+                cost,
+                "ok" if status == "200" else status,
+            )

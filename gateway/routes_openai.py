@@ -15,9 +15,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.access import Caller, bearer_digest
 from gateway.context import Gateway
 from gateway.openai_request import Operation, ParsedRequest, parse_request
-from router.errors import InvalidRequest, ModelNotFound, PayloadTooLarge
+from gateway.proxy import RequestContext
+from router.errors import (
+    HeadersTooLarge,
+    InvalidRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+)
 from router.scoring import RouteRequest
 
 SLO_HEADER = "x-skyroute-slo"
@@ -45,27 +53,60 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def route_request(gw: Gateway, parsed: ParsedRequest, request: Request) -> RouteRequest:
-    """Resolve model, SLO class and client region. Raises ModelNotFound or InvalidRequest."""
+def check_headers(request: Request, limit: int) -> None:
+    """Refuse requests whose headers are over ``limit`` bytes (HeadersTooLarge)."""
+    size = sum(len(k) + len(v) for k, v in request.scope["headers"])
+    if size > limit:
+        raise HeadersTooLarge(f"Request headers of {size} bytes are over the {limit}-byte limit.")
+
+
+def estimate_tokens(gw: Gateway, parsed: ParsedRequest) -> int:
+    """Tokens to charge against TPM at admission: prompt + requested (or typical) output."""
+    spec = gw.state.policy.policy.models.get(parsed.model)
+    expected = spec.expected_output_tokens if spec else 0
+    return parsed.prompt_tokens + (parsed.max_tokens or expected)
+
+
+def route_request(
+    gw: Gateway, parsed: ParsedRequest, request: Request, caller: Caller
+) -> RouteRequest:
+    """Resolve model, SLO class, client region and the tenant's rules.
+
+    Raises ModelNotFound, PermissionDenied (model not allowed for the tenant) or
+    InvalidRequest.
+    """
     policy = gw.state.policy.policy
     spec = policy.models.get(parsed.model)
     if spec is None:
         raise ModelNotFound(parsed.model)
+    tenant = caller.spec
+    if not tenant.allows_model(parsed.model):
+        raise PermissionDenied(f"Tenant {caller.tenant} may not use model {parsed.model!r}.")
     if spec.kind != _MODEL_KINDS[parsed.operation]:
         raise InvalidRequest(f"model {parsed.model!r} is a {spec.kind} model", param="model")
-    slo = request.headers.get(SLO_HEADER) or spec.default_slo
+    slo = request.headers.get(SLO_HEADER) or tenant.default_slo or spec.default_slo
     if slo not in policy.slo_classes:
         raise InvalidRequest(
             f"unknown SLO class {slo!r}; known: {sorted(policy.slo_classes)}", param=SLO_HEADER
         )
-    region = request.headers.get(CLIENT_REGION_HEADER) or policy.routing.default_client_region
+    region = (
+        request.headers.get(CLIENT_REGION_HEADER)
+        or tenant.client_region
+        or policy.routing.default_client_region
+    )
     if region not in policy.client_regions:
         raise InvalidRequest(f"unknown client region {region!r}", param=CLIENT_REGION_HEADER)
-    if parsed.max_tokens is not None and parsed.max_tokens > spec.max_output_tokens:
+    cap = min(spec.max_output_tokens, tenant.max_tokens or spec.max_output_tokens)
+    if parsed.max_tokens is not None and parsed.max_tokens > cap:
         raise InvalidRequest(
-            f"max_tokens {parsed.max_tokens} is over the model's limit of {spec.max_output_tokens}",
-            param="max_tokens",
+            f"max_tokens {parsed.max_tokens} is over the limit of {cap}", param="max_tokens"
         )
+    if parsed.max_tokens is None and tenant.max_tokens is not None and spec.kind == "chat":
+        # A tenant cap must bound what the engine generates, not just what is asked.
+        parsed.payload["max_tokens"] = tenant.max_tokens
+    n = parsed.payload.get("n") or 1
+    if n > tenant.max_n:
+        raise InvalidRequest(f"n={n} is over the tenant's limit of {tenant.max_n}", param="n")
     return RouteRequest(
         model=parsed.model,
         prompt_tokens=parsed.prompt_tokens,
@@ -73,6 +114,9 @@ def route_request(gw: Gateway, parsed: ParsedRequest, request: Request) -> Route
         slo_class=slo,
         client_region=region,
         ramp_draw=random.random(),
+        allowed_regions=frozenset(tenant.allowed_regions)
+        if tenant.allowed_regions is not None
+        else None,
     )
 
 
@@ -86,15 +130,19 @@ def openai_routes(gw: Gateway) -> list[Route]:
 
     async def handle(request: Request, operation: Operation, path: str) -> Response:
         received = time.perf_counter()
-        gw.client_keys.check_bearer(request.headers.get("authorization"))
+        check_headers(request, gw.settings.max_header_bytes)
+        key = bearer_digest(request.headers.get("authorization"))
         body = await read_body(request, gw.settings.max_body_bytes)
         parsed = parse_request(body, operation)
-        route = route_request(gw, parsed, request)
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        upstream_headers = {"content-type": "application/json", "x-request-id": request_id[:128]}
+        est_tokens = estimate_tokens(gw, parsed)
+        caller = await gw.access.admit(key, est_tokens)
+        route = route_request(gw, parsed, request, caller)
+        request_id = (request.headers.get("x-request-id") or uuid.uuid4().hex)[:128]
+        upstream_headers = {"content-type": "application/json", "x-request-id": request_id}
+        ctx = RequestContext(caller.tenant, request_id, est_tokens, received)
         assert gw.forwarder is not None, "the app's lifespan has not started"
-        response = await gw.forwarder.forward(parsed, route, path, upstream_headers, received)
-        response.headers["x-request-id"] = request_id[:128]
+        response = await gw.forwarder.forward(parsed, route, path, upstream_headers, ctx)
+        response.headers["x-request-id"] = request_id
         return response
 
     async def chat_completions(request: Request) -> Response:
@@ -107,10 +155,12 @@ def openai_routes(gw: Gateway) -> list[Route]:
         return await handle(request, Operation.EMBEDDING, "/v1/embeddings")
 
     async def models(request: Request) -> Response:
-        gw.client_keys.check_bearer(request.headers.get("authorization"))
+        check_headers(request, gw.settings.max_header_bytes)
+        caller = await gw.access.admit(bearer_digest(request.headers.get("authorization")), 0)
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "skyroute"}
             for name in gw.state.policy.policy.models
+            if caller.spec.allows_model(name)
         ]
         return Response(
             orjson.dumps({"object": "list", "data": data}), media_type="application/json"

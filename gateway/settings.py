@@ -38,6 +38,8 @@ class GatewaySettings(BaseSettings):
     replica_id: str = Field(default_factory=_default_replica_id)
     # Request body limit in bytes (413 above it).
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    # Request header limit in bytes (431 above it).
+    max_header_bytes: int = Field(default=16 * 1024, gt=0)
     # Background snapshot refresh period; the DESIGN bound is 250 ms.
     snapshot_interval_ms: int = Field(default=100, gt=0, le=250)
     # In-flight counts and observations are flushed to Redis in one pipeline this often.

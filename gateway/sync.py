@@ -22,6 +22,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.routing_state import RoutingState
+from gateway.usage import UsageLog
+from router.access_table import AccessTables
 from router.errors import TableError
 from router.tables import LiveTables
 
@@ -37,6 +39,8 @@ class TableSync:
         self,
         state: RoutingState,
         tables: LiveTables,
+        access_tables: AccessTables,
+        usage: UsageLog,
         replica_id: str,
         *,
         refresh_interval_s: float,
@@ -45,6 +49,8 @@ class TableSync:
     ) -> None:
         self.state = state
         self.tables = tables
+        self.access_tables = access_tables
+        self.usage = usage
         self.replica_id = replica_id
         self.refresh_interval_s = refresh_interval_s
         self.flush_interval_s = flush_interval_s
@@ -77,8 +83,9 @@ class TableSync:
         self.state.swap_snapshot(rows, now)
 
     async def flush_once(self) -> None:
-        """Write in-flight counts and observations. Raises TableError."""
+        """Write in-flight counts, observations and usage records. Raises TableError."""
         pending = self.state.take_pending()
+        records = self.usage.take()
         try:
             await self.tables.flush(
                 self.replica_id,
@@ -86,11 +93,16 @@ class TableSync:
                 inflight=dict(self.state.inflight),
                 inflight_ttl_ms=self.replica_ttl_ms,
                 observations=pending,
+                extra=(lambda pipe: self.access_tables.add_usage(pipe, records))
+                if records
+                else None,
             )
         except TableError:
             # Observations are statistics: dropping a batch during an outage only makes
             # the EWMA a little staler.
             self.dropped_observations += sum(o.ok + o.errors for o in pending.values())
+            # Usage records are money: they wait for the next flush.
+            self.usage.give_back(records)
             raise
 
     async def refresh(self) -> None:

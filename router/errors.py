@@ -11,6 +11,7 @@ any layer may import it.
     ├── RequestError                the client's request is wrong                -> 4xx
     │   ├── InvalidRequest          malformed JSON, missing or bad field        -> 400
     │   ├── PayloadTooLarge         body over the size limit                      -> 413
+    │   ├── HeadersTooLarge         request headers over the size limit           -> 431
     │   ├── AuthenticationError     missing, wrong or expired API key             -> 401
     │   ├── PermissionDenied        key may not use this model or route           -> 403
     │   ├── ModelNotFound           model not in the policy                        -> 404
@@ -85,6 +86,13 @@ class PayloadTooLarge(RequestError):
 
     status = 413
     code = "payload_too_large"
+
+
+class HeadersTooLarge(RequestError):
+    """The request headers are over the configured limit."""
+
+    status = 431
+    code = "headers_too_large"
 
 
 class AuthenticationError(RequestError):

@@ -216,6 +216,33 @@ class RoutingSettings(_Strict):
     outlier: OutlierSettings = OutlierSettings()
 
 
+class TenantSpec(_Strict):
+    """Who may call, for what, where, and how much.
+
+    ``allowed_models``: model names, or ``["*"]``. ``allowed_regions``: pool locations
+    (``provider:region``) requests may ever go to, failover included (data residency);
+    None = anywhere the client region allows. Limits are per minute (requests, tokens)
+    and per ``budget_period`` (USD); None = unlimited. ``priority``: higher is more
+    important (0 = default).
+    """
+
+    allowed_models: list[str] = Field(default_factory=lambda: ["*"])
+    default_slo: str | None = None
+    client_region: str | None = None
+    allowed_regions: list[str] | None = None
+    rpm: int | None = Field(default=None, gt=0)
+    tpm: int | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, ge=0)
+    budget_period: Literal["hour", "day", "month"] = "month"
+    priority: int = 0
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_n: int = Field(default=1, ge=1)
+
+    def allows_model(self, model: str) -> bool:
+        """Whether this tenant may use ``model``."""
+        return "*" in self.allowed_models or model in self.allowed_models
+
+
 class Policy(_Strict):
     """A whole routing policy. Cross-references are checked on load."""
 
@@ -227,6 +254,9 @@ class Policy(_Strict):
     routing: RoutingSettings
     health: HealthSettings = HealthSettings()
     pricing: PricingSettings = PricingSettings()
+    # The tenant ``default`` is used for the bootstrap key (SKYROUTE_API_KEY); it is
+    # unlimited unless the policy declares it.
+    tenants: dict[str, TenantSpec] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Policy:
@@ -256,6 +286,22 @@ class Policy(_Strict):
             unknown = set(region.rtt_ms) - {p.location for p in self.pools}
             if unknown:
                 problems.append(f"client_regions.{name}.rtt_ms: no pool in {sorted(unknown)}")
+        locations = {p.location for p in self.pools}
+        for tname, tenant in self.tenants.items():
+            if tenant.default_slo is not None and tenant.default_slo not in self.slo_classes:
+                problems.append(
+                    f"tenants.{tname}.default_slo: unknown SLO class {tenant.default_slo!r}"
+                )
+            if tenant.client_region is not None and tenant.client_region not in self.client_regions:
+                problems.append(
+                    f"tenants.{tname}.client_region: unknown client region {tenant.client_region!r}"
+                )
+            unknown_models = [m for m in tenant.allowed_models if m != "*" and m not in self.models]
+            if unknown_models:
+                problems.append(f"tenants.{tname}.allowed_models: unknown models {unknown_models}")
+            unknown_regions = sorted(set(tenant.allowed_regions or []) - locations)
+            if unknown_regions:
+                problems.append(f"tenants.{tname}.allowed_regions: no pool in {unknown_regions}")
         problems += [
             f"models.{m}: no pool serves it from any client region"
             for m, ok in served.items()

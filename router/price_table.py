@@ -30,12 +30,13 @@ logger = logging.getLogger(__name__)
 
 FeedState = Literal["ok", "partial", "error"]
 
-# Write rows and statuses only if the lease in KEYS[3] still holds ARGV[1].
-# ARGV[2] = number of row pairs that follow, then the status pairs.
+# Write rows and statuses only if the lease in KEYS[3] still holds ARGV[1]. ARGV[2] = 1
+# to replace every row, ARGV[3] = number of row pairs that follow, then status pairs.
 _FENCED_WRITE_LUA = """
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
-local n = tonumber(ARGV[2])
-local i = 3
+if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
+local n = tonumber(ARGV[3])
+local i = 4
 for _ = 1, n do
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -149,22 +150,27 @@ class PriceTable:
         rows: Iterable[PriceRow],
         statuses: Iterable[FeedStatus],
         fence: Fence | None = None,
+        *,
+        replace: bool = False,
     ) -> bool:
-        """Store ``rows`` (replacing rows with the same key) and ``statuses`` in one call.
+        """Store ``rows`` (replacing rows with the same key; with ``replace``, every row
+        not in ``rows`` is deleted) and ``statuses``, atomically.
 
-        With a ``fence``, nothing is written unless the lease still holds it, atomically;
-        the result is False then. Idempotent.
+        With a ``fence``, nothing is written unless the lease still holds it; the result
+        is False then. Idempotent.
         """
         row_pairs = [(str(r.key), _dump(r)) for r in rows]
         status_pairs = [(s.feed, _dump(s)) for s in statuses]
         try:
             if fence is not None:
-                args: list[Any] = [fence.value, len(row_pairs)]
+                args: list[Any] = [fence.value, "1" if replace else "0", len(row_pairs)]
                 for pair in (*row_pairs, *status_pairs):
                     args.extend(pair)
                 keys = [self._rows, self._feeds, fence.key]
                 return bool(await self._fenced(keys=keys, args=args))
             async with self.redis.pipeline(transaction=True) as pipe:
+                if replace:
+                    pipe.delete(self._rows)
                 if row_pairs:
                     pipe.hset(self._rows, mapping=dict(row_pairs))
                 if status_pairs:

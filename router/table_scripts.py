@@ -66,3 +66,55 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 redis.call('PUBLISH', KEYS[2], 'health')
 return 1
 """
+
+# Admission of one request, atomically, in one round trip: the API key (unknown, revoked,
+# expired), then the tenant's limits: requests/minute and tokens/minute token buckets
+# and the spend budget of the current period. Limits live in ``limits:{tenant}``.
+# KEYS[1] = key record. ARGV: prefix, now_ms, estimated tokens, period ids (hour, day,
+# month). Returns {code, tenant, retry_after_ms, key_id, expires_s}; codes: 0 admitted,
+# 1 unknown key, 2 revoked, 3 expired, 4 over RPM, 5 over TPM, 6 budget exhausted.
+ADMIT_LUA = """
+local prefix, now, est = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local key = redis.call('HMGET', KEYS[1], 'tenant', 'revoked', 'expires_s', 'id')
+local tenant, revoked, expires, key_id = key[1], key[2], tonumber(key[3] or '0'), key[4] or ''
+if not tenant then return {1, '', 0, '', 0} end
+if revoked == '1' then return {2, tenant, 0, key_id, expires} end
+if expires > 0 and expires * 1000 <= now then return {3, tenant, 0, key_id, expires} end
+local lim = redis.call(
+  'HMGET', prefix .. ':limits:' .. tenant, 'rpm', 'tpm', 'budget_nusd', 'period')
+local function bucket(name, limit, cost)
+  local k = prefix .. ':bucket:' .. tenant .. ':' .. name
+  local st = redis.call('HMGET', k, 'tokens', 'ts')
+  local rate = limit / 60000.0
+  local tokens = tonumber(st[1] or limit)
+  local ts = tonumber(st[2] or now)
+  tokens = math.min(limit, tokens + (now - ts) * rate)
+  if tokens < cost then
+    return math.ceil((cost - tokens) / rate), tokens, k
+  end
+  return 0, tokens - cost, k
+end
+local writes = {}
+if lim[1] then
+  local wait, left, k = bucket('rpm', tonumber(lim[1]), 1)
+  if wait > 0 then return {4, tenant, wait, key_id, expires} end
+  table.insert(writes, {k, left})
+end
+if lim[2] then
+  local limit = tonumber(lim[2])
+  local wait, left, k = bucket('tpm', limit, math.min(est, limit))
+  if wait > 0 then return {5, tenant, wait, key_id, expires} end
+  table.insert(writes, {k, left})
+end
+if lim[3] then
+  local period = ARGV[4]
+  if lim[4] == 'day' then period = ARGV[5] elseif lim[4] == 'month' then period = ARGV[6] end
+  local spent = tonumber(redis.call('GET', prefix .. ':spend:' .. tenant .. ':' .. period) or '0')
+  if spent >= tonumber(lim[3]) then return {6, tenant, 0, key_id, expires} end
+end
+for _, w in ipairs(writes) do
+  redis.call('HSET', w[1], 'tokens', w[2], 'ts', now)
+  redis.call('PEXPIRE', w[1], 120000)
+end
+return {0, tenant, 0, key_id, expires}
+"""

@@ -129,8 +129,10 @@ class LiveTables:
         inflight: Mapping[str, int],
         inflight_ttl_ms: int,
         observations: Mapping[str, PoolObservations],
+        extra: Callable[[Pipeline], None] | None = None,
     ) -> None:
         """Write one gateway replica's in-flight counts and observations in ONE round-trip.
+        ``extra`` may queue more commands on the same pipeline (usage records).
 
         ``inflight`` holds absolute counts (requests), so repeating a flush is harmless.
         Observations are additive: flushing the same batch twice counts it twice.
@@ -159,6 +161,8 @@ class LiveTables:
                 if samples:
                     pipe.lpush(self._pool(pool_id, table), *(f"{s:.3f}" for s in samples))
                     pipe.ltrim(self._pool(pool_id, table), 0, SAMPLES_KEPT - 1)
+        if extra is not None:
+            extra(pipe)
         try:
             await _execute(pipe)
         except RedisError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +46,11 @@ def engine_profile(pool: PoolSpec) -> str:
     return name
 
 
+def _in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _wait_healthy(url: str, deadline: float) -> None:
     while time.monotonic() < deadline:
         probe = f"{url}/health"
@@ -66,6 +72,9 @@ def fleet(
             for endpoint in pool.endpoints:
                 if endpoint.host not in {"127.0.0.1", "localhost"}:
                     raise ValueError(f"demo engines run on 127.0.0.1 only, not {endpoint}")
+                if _in_use(endpoint.port or 80):
+                    # Another demo (or anything else) there would answer our health checks.
+                    raise RuntimeError(f"port {endpoint.port} for pool {pool.id} is already in use")
                 args = [
                     sys.executable, "-m", "adapters.engine",
                     "--port", str(endpoint.port),
@@ -80,6 +89,9 @@ def fleet(
         for pool in policy.pools:
             for endpoint in pool.endpoints:
                 _wait_healthy(str(endpoint).rstrip("/"), deadline)
+        dead = [p.args for p in procs if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"simulated engines exited at start: {dead}")
         yield procs
     finally:
         for proc in procs:

@@ -5,20 +5,9 @@ the admin API of a running gateway (``SKYROUTE_ADMIN_URL``, default
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from typing import Any
 
-import httpx
-
-
-def _client() -> httpx.Client:
-    base = (
-        os.environ.get("SKYROUTE_ADMIN_URL")
-        or f"http://127.0.0.1:{os.environ.get('SKYROUTE_PORT', '8080')}"
-    )
-    token = os.environ.get("SKYROUTE_ADMIN_TOKEN", "")
-    return httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=None)
+from skyroute.admin_client import admin_client, failed
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -46,10 +35,9 @@ def render_pools(pools: list[dict[str, Any]]) -> str:
 
 
 def cmd_pools(_: argparse.Namespace) -> int:
-    with _client() as client:
+    with admin_client() as client:
         reply = client.get("/admin/pools")
-    if reply.status_code != 200:
-        print(f"skyroute: {reply.status_code} {reply.text}", file=sys.stderr)
+    if failed(reply):
         return 1
     print(render_pools(reply.json()["pools"]))
     return 0
@@ -59,10 +47,9 @@ def cmd_drain(args: argparse.Namespace) -> int:
     params: dict[str, Any] = {"wait": "true" if args.wait else "false"}
     if args.deadline is not None:
         params["deadline_s"] = args.deadline
-    with _client() as client:
+    with admin_client() as client:
         reply = client.post(f"/admin/pools/{args.pool_id}/drain", params=params)
-    if reply.status_code != 200:
-        print(f"skyroute: {reply.status_code} {reply.text}", file=sys.stderr)
+    if failed(reply):
         return 1
     body = reply.json()
     if body["drained"]:
@@ -76,10 +63,9 @@ def cmd_drain(args: argparse.Namespace) -> int:
 
 
 def cmd_uncordon(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with admin_client() as client:
         reply = client.post(f"/admin/pools/{args.pool_id}/uncordon")
-    if reply.status_code != 200:
-        print(f"skyroute: {reply.status_code} {reply.text}", file=sys.stderr)
+    if failed(reply):
         return 1
     print(f"{args.pool_id}: {reply.json()['state']}")
     return 0

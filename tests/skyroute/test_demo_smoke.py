@@ -41,7 +41,7 @@ def test_demo_serves_openai_requests_across_the_fleet_and_stops_cleanly(tmp_path
             assert len(list(client.models.list())) == 3
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
         log.close()
     output = (tmp_path / "demo.log").read_text()
     assert KEY in output  # printed once for the operator to copy

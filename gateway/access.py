@@ -1,0 +1,164 @@
+"""Who is calling and may they: API keys, tenants, rate limits and budgets.
+
+Every request is admitted with ONE Redis round trip (``AccessTables.admit``: the key,
+then its tenant's RPM/TPM token buckets and spend budget, atomically, shared by every
+gateway replica), so a revoked key stops working on the next request everywhere. If
+Redis is unreachable, keys this replica admitted before keep working (limits are then
+not enforced) and unknown keys get a 503: a key cannot be checked without the table.
+
+Tenants come from the policy, overridden by those set through the admin API; the
+bootstrap key (``SKYROUTE_API_KEY``) belongs to the tenant ``default``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from router.access_table import AccessTables, AdmitCode, KeyRecord
+from router.auth_digest import digest_hex
+from router.errors import AuthenticationError, RateLimited, TableError
+from router.policy import Policy, TenantSpec
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TENANT = "default"
+BOOTSTRAP_KEY_ID = "bootstrap"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An admitted caller: its tenant (name and spec) and key id (never the secret)."""
+
+    tenant: str
+    spec: TenantSpec
+    key_id: str
+
+
+def bearer_digest(authorization: str | None) -> str:
+    """The SHA-256 (hex) of a ``Bearer`` token. Raises AuthenticationError."""
+    if not authorization:
+        raise AuthenticationError(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+        )
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthenticationError("Incorrect Authorization header: expected 'Bearer <key>'.")
+    return digest_hex(token)
+
+
+def _budget_retry_after(spec: TenantSpec, now: float) -> float:
+    t = datetime.fromtimestamp(now, UTC)
+    if spec.budget_period == "hour":
+        end = t.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    elif spec.budget_period == "day":
+        end = t.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    else:
+        first = t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        end = (first + timedelta(days=32)).replace(day=1)
+    return max((end - t).total_seconds(), 1.0)
+
+
+class AccessControl:
+    """Admits requests and keeps the effective tenant table of one gateway replica."""
+
+    def __init__(self, tables: AccessTables, policy: Policy, bootstrap_secret: str | None) -> None:
+        self.tables = tables
+        self._policy = policy
+        self._overrides: dict[str, TenantSpec] = {}
+        self.tenants: dict[str, TenantSpec] = {}
+        self._bootstrap = digest_hex(bootstrap_secret) if bootstrap_secret else None
+        self._admitted: dict[str, tuple[str, str, float]] = {}
+        self._recompute()
+
+    def _recompute(self) -> None:
+        tenants = {DEFAULT_TENANT: TenantSpec(), **self._policy.tenants, **self._overrides}
+        self.tenants = tenants
+
+    def tenant(self, name: str) -> TenantSpec:
+        """A tenant's effective spec (unlimited defaults for an unknown name)."""
+        return self.tenants.get(name) or TenantSpec()
+
+    async def publish(self) -> None:
+        """Write the bootstrap key and every tenant's limits to Redis. Idempotent."""
+        if self._bootstrap:
+            record = KeyRecord(
+                BOOTSTRAP_KEY_ID, DEFAULT_TENANT, "SKYROUTE_API_KEY", time.time(), 0.0, False
+            )
+            await self.tables.store_key(self._bootstrap, record)
+        await self.tables.write_limits(self.tenants)
+
+    async def on_policy(self, policy: Policy) -> None:
+        """A new policy is running: its tenants apply from now on."""
+        self._policy = policy
+        self._recompute()
+        await self.publish()
+
+    async def refresh(self) -> None:
+        """Re-read the admin-API tenants; publish limits if anything changed."""
+        overrides = await self.tables.tenant_overrides()
+        if overrides != self._overrides:
+            self._overrides = overrides
+            self._recompute()
+            await self.tables.write_limits(self.tenants)
+
+    async def refresh_loop(self, interval_s: float = 1.0) -> None:
+        """Loop: keep admin-API tenant changes in step across replicas."""
+        while True:
+            await asyncio.sleep(interval_s)
+            # The sync loops already report Redis outages.
+            with contextlib.suppress(TableError):
+                await self.refresh()
+
+    async def admit(self, digest_hex: str, est_tokens: int) -> Caller:
+        """Admit one request, charging its tenant's limits. Raises AuthenticationError,
+        RateLimited, or TableError (Redis down and the key never seen here)."""
+        now = time.time()
+        try:
+            verdict = await self.tables.admit(digest_hex, now, est_tokens)
+        except TableError:
+            if digest_hex == self._bootstrap:
+                return Caller(DEFAULT_TENANT, self.tenant(DEFAULT_TENANT), BOOTSTRAP_KEY_ID)
+            known = self._admitted.get(digest_hex)
+            if known is None or (known[2] and known[2] <= now):
+                raise
+            tenant, key_id, _ = known
+            return Caller(tenant, self.tenant(tenant), key_id)
+        code = verdict.code
+        if code == AdmitCode.UNKNOWN and digest_hex == self._bootstrap:
+            # Redis lost its data (or came up after us): put the bootstrap key back.
+            await self.publish()
+            return await self.admit(digest_hex, est_tokens)
+        if code == AdmitCode.UNKNOWN:
+            raise AuthenticationError("Incorrect API key provided.")
+        if code == AdmitCode.REVOKED:
+            self._admitted.pop(digest_hex, None)
+            raise AuthenticationError("This API key has been revoked.")
+        if code == AdmitCode.EXPIRED:
+            self._admitted.pop(digest_hex, None)
+            raise AuthenticationError("This API key has expired.")
+        spec = self.tenant(verdict.tenant)
+        if code in (AdmitCode.RPM, AdmitCode.TPM):
+            what = "requests" if code == AdmitCode.RPM else "tokens"
+            limit = spec.rpm if code == AdmitCode.RPM else spec.tpm
+            raise RateLimited(
+                f"Rate limit reached for tenant {verdict.tenant}: {limit} {what} per minute.",
+                retry_after_s=max(verdict.retry_after_s, 0.001),
+            )
+        if code == AdmitCode.BUDGET:
+            raise RateLimited(
+                f"Tenant {verdict.tenant} has used its budget of ${spec.budget_usd} "
+                f"for this {spec.budget_period}.",
+                retry_after_s=math.ceil(_budget_retry_after(spec, now)),
+                code="insufficient_quota",
+            )
+        if len(self._admitted) > 100_000:
+            self._admitted.clear()
+        self._admitted[digest_hex] = (verdict.tenant, verdict.key_id, verdict.expires_s)
+        return Caller(verdict.tenant, spec, verdict.key_id)

@@ -1,0 +1,152 @@
+"""Admin API for tenants, API keys and usage (``/admin/...``, admin credential only).
+
+A key's secret is returned once, by the call that creates it, and never again: only
+its SHA-256 is stored.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field, ValidationError
+from starlette.responses import Response
+
+from gateway.context import Gateway
+from router.access_table import NANO, KeyRecord
+from router.auth_digest import digest_hex
+from router.errors import InvalidRequest, ModelNotFound
+from router.policy import TenantSpec
+
+GROUPS = ("pool", "model", "region", "provider", "total")
+
+
+class NewKey(BaseModel):
+    """Body of ``POST /admin/keys``."""
+
+    tenant: str = Field(min_length=1)
+    name: str = ""
+    expires_in_s: float | None = Field(default=None, gt=0)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _key_view(record: KeyRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "tenant": record.tenant,
+        "name": record.name,
+        "created_s": record.created_s,
+        "expires_s": record.expires_s or None,
+        "revoked": record.revoked,
+    }
+
+
+def tenants_router(gw: Gateway) -> APIRouter:
+    """Tenants, keys and usage."""
+    router = APIRouter(prefix="/admin", tags=["admin"])
+
+    def authorize(request: Request) -> None:
+        gw.admin_keys.check_bearer(request.headers.get("authorization"))
+
+    @router.get("/tenants")
+    async def list_tenants(request: Request) -> Response:
+        """Every effective tenant (policy, overridden by the admin API)."""
+        authorize(request)
+        return _json({name: spec.model_dump() for name, spec in gw.access.tenants.items()})
+
+    @router.put("/tenants/{name}")
+    async def put_tenant(request: Request, name: str) -> Response:
+        """Create or replace a tenant; applies on every replica within a second."""
+        authorize(request)
+        try:
+            spec = TenantSpec.model_validate_json(await request.body())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first["loc"]) or None
+            raise InvalidRequest(f"invalid tenant: {first['msg']}", param=param) from exc
+        unknown = [
+            m for m in spec.allowed_models if m != "*" and m not in gw.state.policy.policy.models
+        ]
+        if unknown:
+            raise ModelNotFound(unknown[0])
+        await gw.access.tables.put_tenant(name, spec)
+        await gw.access.refresh()
+        return _json({"tenant": name, **spec.model_dump()})
+
+    @router.delete("/tenants/{name}")
+    async def delete_tenant(request: Request, name: str) -> Response:
+        """Forget an admin-API tenant (the policy's definition, if any, applies again)."""
+        authorize(request)
+        existed = await gw.access.tables.delete_tenant(name)
+        await gw.access.refresh()
+        return _json({"tenant": name, "deleted": existed})
+
+    @router.post("/keys", status_code=201)
+    async def create_key(request: Request) -> Response:
+        """Create an API key for a tenant. The secret is in this reply and nowhere else."""
+        authorize(request)
+        try:
+            body = NewKey.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise InvalidRequest(f"invalid key request: {exc.errors()[0]['msg']}") from exc
+        if body.tenant not in gw.access.tenants:
+            raise InvalidRequest(f"unknown tenant {body.tenant!r}", param="tenant")
+        secret = f"sk-sr-{secrets.token_urlsafe(32)}"
+        now = time.time()
+        record = KeyRecord(
+            id=f"key_{secrets.token_hex(8)}",
+            tenant=body.tenant,
+            name=body.name,
+            created_s=now,
+            expires_s=now + body.expires_in_s if body.expires_in_s else 0.0,
+            revoked=False,
+        )
+        await gw.access.tables.store_key(digest_hex(secret), record)
+        return _json({**_key_view(record), "secret": secret}, status=201)
+
+    @router.get("/keys")
+    async def list_keys(request: Request, tenant: str) -> Response:
+        """A tenant's keys, without secrets."""
+        authorize(request)
+        return _json({"keys": [_key_view(k) for k in await gw.access.tables.list_keys(tenant)]})
+
+    @router.delete("/keys/{key_id}")
+    async def revoke_key(request: Request, key_id: str) -> Response:
+        """Revoke a key: refused on every replica from the next request on."""
+        authorize(request)
+        found = await gw.access.tables.revoke_key(key_id)
+        if not found:
+            raise InvalidRequest(f"no key {key_id!r}", param="key_id")
+        return _json({"id": key_id, "revoked": True})
+
+    @router.get("/usage")
+    async def usage(
+        request: Request,
+        tenant: str,
+        group_by: str = "total",
+        from_s: float | None = None,
+        to_s: float | None = None,
+    ) -> Response:
+        """Spend and tokens of ``tenant`` over [from_s, to_s) (unix s; default the last
+        24 h), grouped by pool, model, region, provider or total. Costs in USD."""
+        authorize(request)
+        if group_by not in GROUPS:
+            raise InvalidRequest(f"group_by must be one of {GROUPS}", param="group_by")
+        end = to_s if to_s is not None else time.time() + 1
+        start = from_s if from_s is not None else end - 86400
+        groups = await gw.access.tables.usage(tenant, start, end, group_by)
+        out = {
+            name: {**m, "cost_usd": m.get("cost_nusd", 0) / NANO}
+            for name, m in sorted(groups.items())
+        }
+        return _json(
+            {"tenant": tenant, "from_s": start, "to_s": end, "group_by": group_by, "groups": out}
+        )
+
+    return router

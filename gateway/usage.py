@@ -1,0 +1,45 @@
+"""Per-request usage records, queued in process and written by the flush loop.
+
+Records are kept until Redis has them: a flush that fails puts them back (up to a
+bound), and the last flush at shutdown writes what is left, so a restart loses none.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from router.access_table import UsageRecord
+
+logger = logging.getLogger(__name__)
+
+MAX_PENDING = 200_000
+
+
+class UsageLog:
+    """The replica's unwritten usage records, oldest first."""
+
+    def __init__(self) -> None:
+        self._pending: list[UsageRecord] = []
+        self.dropped = 0
+
+    def record(self, record: UsageRecord) -> None:
+        """Queue one finished request."""
+        self._pending.append(record)
+        if len(self._pending) > MAX_PENDING:
+            # Only during a long Redis outage: keep the newest, count what was lost.
+            excess = len(self._pending) - MAX_PENDING
+            del self._pending[:excess]
+            self.dropped += excess
+            logger.error("usage backlog over %d records; dropped %d", MAX_PENDING, excess)
+
+    def take(self) -> list[UsageRecord]:
+        """Every queued record; the caller writes them or gives them back."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def give_back(self, records: list[UsageRecord]) -> None:
+        """Re-queue records a failed flush did not write, ahead of newer ones."""
+        self._pending[:0] = records
+
+    def __len__(self) -> int:
+        return len(self._pending)
