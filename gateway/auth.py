@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import base64
 import hmac
 from collections.abc import Iterable
 
@@ -27,13 +28,21 @@ class KeyRing:
         return bool(self._digests)
 
     def check_bearer(self, authorization: str | None) -> None:
-        """Accept ``Bearer <key>`` for a known key; raise AuthenticationError otherwise."""
+        """Accept ``Bearer <key>`` for a known key, or HTTP Basic with the key as the
+        password (so a browser can open the dashboard); raise AuthenticationError
+        otherwise."""
         if not authorization:
             raise AuthenticationError(
                 "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
             )
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token:
+        scheme = scheme.lower()
+        if scheme == "basic" and token:
+            try:
+                token = base64.b64decode(token.strip(), validate=True).decode().partition(":")[2]
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise AuthenticationError("Malformed Basic credentials.") from exc
+        elif scheme != "bearer" or not token:
             raise AuthenticationError("Incorrect Authorization header: expected 'Bearer <key>'.")
         self.check(token.strip())
 

@@ -18,6 +18,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 
 from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
+from gateway.decisions import Decision, DecisionLog
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
 from gateway.retry_budget import RetryBudget
@@ -37,6 +38,8 @@ from router.policy import PoolSpec
 from router.scoring import Ranking, RouteRequest
 
 logger = logging.getLogger(__name__)
+# One line per finished request (JSON fields via the entry point's formatter).
+access_log = logging.getLogger("skyroute.access")
 
 _JSON = "application/json"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -62,6 +65,9 @@ class _Attempt:
     url: str
     usd_per_token: float
     number: int
+    reason: str
+    candidates: int
+    predicted_ttft_ms: float
 
 
 def _usage(body: bytes) -> tuple[int | None, int | None]:
@@ -95,6 +101,7 @@ class Forwarder:
         self.upstream = upstream
         self.metrics = metrics
         self.usage = usage
+        self.decisions = DecisionLog()
         self._rr: dict[str, int] = {}
         routing = state.policy.policy.routing
         self.retry_budget = RetryBudget(
@@ -166,7 +173,15 @@ class Forwarder:
                 break
             number += 1
             per_token = float(ranking.cost_usd[i]) / max(est_tokens, 1)
-            attempt = _Attempt(pool, self._url(pool, path), per_token, number)
+            attempt = _Attempt(
+                pool,
+                self._url(pool, path),
+                per_token,
+                number,
+                ranking.reason,
+                len(ranking.candidates),
+                float(ranking.ttft_ms[i]),
+            )
             if number > 1:
                 self.metrics.failovers.labels(model=route.model).inc()
             else:
@@ -187,15 +202,56 @@ class Forwarder:
         self,
         ctx: RequestContext,
         route: RouteRequest,
-        pool: PoolSpec | None,
+        attempt: _Attempt | None,
         prompt: int,
         completion: int,
         cost_usd: float,
         status: str,
     ) -> None:
+        """The one place a request ends: usage record, decision log, access log line."""
+        now = time.time()
+        pool = attempt.pool if attempt else None
+        if attempt is not None:
+            self.decisions.add(
+                Decision(
+                    ts_s=now,
+                    model=route.model,
+                    tenant=ctx.tenant,
+                    pool=attempt.pool.id,
+                    provider=attempt.pool.provider,
+                    region=attempt.pool.location,
+                    reason=attempt.reason,
+                    candidates=attempt.candidates,
+                    attempts=attempt.number,
+                    predicted_ttft_ms=attempt.predicted_ttft_ms,
+                    cost_usd=cost_usd,
+                    status=status,
+                )
+            )
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                "request",
+                extra={
+                    "fields": {
+                        "request_id": ctx.request_id,
+                        "tenant": ctx.tenant,
+                        "model": route.model,
+                        "slo_class": route.slo_class,
+                        "pool": pool.id if pool else None,
+                        "provider": pool.provider if pool else None,
+                        "region": pool.location if pool else None,
+                        "status": status,
+                        "attempts": attempt.number if attempt else 0,
+                        "prompt_tokens": prompt,
+                        "completion_tokens": completion,
+                        "cost_usd": round(cost_usd, 9),
+                        "latency_ms": round((time.perf_counter() - ctx.received_at) * 1000.0, 3),
+                    }
+                },
+            )
         self.usage.record(
             UsageRecord(
-                ts_s=time.time(),
+                ts_s=now,
                 request_id=ctx.request_id,
                 tenant=ctx.tenant,
                 model=route.model,
@@ -263,7 +319,7 @@ class Forwarder:
         if resp.status != 200:
             # A client error (bad parameters, context too long): the pool is healthy.
             self.state.outlier.on_success(pool_id, time.time())
-            self._record(ctx, route, attempt.pool, 0, 0, 0.0, f"client_error_{resp.status}")
+            self._record(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
@@ -280,7 +336,7 @@ class Forwarder:
         self.state.outlier.on_success(pool_id, time.time())
         self.metrics.observe_request(route, pool_id, "200", elapsed_ms / 1000.0)
         cost = tokens * attempt.usd_per_token
-        self._record(ctx, route, attempt.pool, prompt_tokens, completion or 0, cost, "ok")
+        self._record(ctx, route, attempt, prompt_tokens, completion or 0, cost, "ok")
         return Response(body, media_type=_JSON, headers=self._headers(attempt, cost))
 
     async def _stream(
@@ -307,7 +363,7 @@ class Forwarder:
                 resp.close()
                 self.state.release(pool_id)
             self.state.outlier.on_success(pool_id, time.time())
-            self._record(ctx, route, attempt.pool, 0, 0, 0.0, f"client_error_{resp.status}")
+            self._record(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
@@ -382,7 +438,7 @@ class Forwarder:
             self._record(
                 ctx,
                 route,
-                attempt.pool,
+                attempt,
                 prompt,
                 completion,
                 cost,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -67,11 +68,7 @@ def admin_router(gw: Gateway) -> APIRouter:
             return dict(gw.state.snapshot.rows), False
         return rows, True
 
-    @router.get("/pools")
-    async def pools(request: Request) -> Response:
-        """Every pool with its live values: state, in-flight (all replicas), latency,
-        price, replicas."""
-        authorize(request)
+    async def pool_views() -> tuple[list[dict[str, Any]], bool]:
         snap = gw.state.snapshot
         policy = gw.state.policy
         rows, live = await live_rows(with_samples=True)
@@ -106,10 +103,41 @@ def admin_router(gw: Gateway) -> APIRouter:
                     "tpot_p50_ms": _num(row.tpot_p50_ms),
                     "tpot_p99_ms": _num(row.tpot_p99_ms),
                     "usd_per_gpu_hour": _num(float(snap.usd_per_gpu_hour[i])),
+                    "usd_per_1m_tokens": _num(
+                        float(snap.usd_per_gpu_hour[i])
+                        * spec.gpus_per_replica
+                        / (spec.goodput.tokens_per_s * 3600.0)
+                        * 1e6
+                    ),
                     "price_source": row.price_source or spec.price.source,
                 }
             )
+        return out, live
+
+    @router.get("/pools")
+    async def pools(request: Request) -> Response:
+        """Every pool with its live values: state, in-flight (all replicas), latency,
+        price, $/1M output tokens, replicas."""
+        authorize(request)
+        out, live = await pool_views()
         body = {"pools": out, "snapshot_age_s": _num(gw.state.snapshot_age_s()), "live": live}
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    @router.get("/dashboard/data")
+    async def dashboard_data(request: Request) -> Response:
+        """What the live dashboard shows: pools, this replica's recent routing decisions
+        with their reasons, spend per provider and traffic per provider per second."""
+        authorize(request)
+        out, live = await pool_views()
+        decisions = gw.forwarder.decisions if gw.forwarder else None
+        body = {
+            "pools": out,
+            "live": live,
+            "decisions": decisions.recent(50) if decisions else [],
+            "spend_usd_by_provider": decisions.spend_usd() if decisions else {},
+            "traffic": decisions.traffic() if decisions else [],
+            "replica": gw.settings.replica_id,
+        }
         return Response(orjson.dumps(body), media_type="application/json")
 
     def known_pool(pool_id: str) -> None:

@@ -24,12 +24,15 @@ class JsonFormatter(logging.Formatter):
     """Formats a record as one JSON object: ts, level, logger, msg (+ exc)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {
+        out: dict[str, object] = {
             "ts": round(record.created, 3),
             "level": record.levelname,
             "logger": record.name,
             "msg": redact(record.getMessage()),
         }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
         if record.exc_info:
             out["exc"] = redact(self.formatException(record.exc_info))
         return orjson.dumps(out).decode()
