@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from gateway.auth import KeyRing
@@ -34,10 +36,25 @@ def test_rejects_a_missing_header(ring: KeyRing, header: str | None) -> None:
         ring.check_bearer(header)
 
 
-@pytest.mark.parametrize("header", [f"Basic {SECRET}", f"Token {SECRET}", SECRET])
+@pytest.mark.parametrize("header", [f"Token {SECRET}", SECRET])
 def test_rejects_a_wrong_scheme(ring: KeyRing, header: str) -> None:
     with pytest.raises(AuthenticationError, match="Incorrect Authorization header"):
         ring.check_bearer(header)
+
+
+def test_accepts_basic_credentials_with_the_key_as_password(ring: KeyRing) -> None:
+    ring.check_bearer("Basic " + base64.b64encode(f"admin:{SECRET}".encode()).decode())
+
+
+@pytest.mark.parametrize("password", ["wrong-password", ""])
+def test_rejects_basic_credentials_with_another_password(ring: KeyRing, password: str) -> None:
+    with pytest.raises(AuthenticationError):
+        ring.check_bearer("Basic " + base64.b64encode(f"admin:{password}".encode()).decode())
+
+
+def test_rejects_malformed_basic_credentials(ring: KeyRing) -> None:
+    with pytest.raises(AuthenticationError, match="Malformed Basic"):
+        ring.check_bearer(f"Basic {SECRET}")
 
 
 def test_rejects_an_empty_token(ring: KeyRing) -> None:
