@@ -23,14 +23,16 @@ from gateway.routes_openai import openai_routes
 from gateway.routes_ops import ops_router
 from gateway.routes_tenants import tenants_router
 from gateway.settings import GatewaySettings
+from gateway.tracing import Tracing
 from router.errors import TableError
 
 logger = logging.getLogger(__name__)
 
 
-def create_app(settings: GatewaySettings) -> FastAPI:
-    """The ASGI app for ``settings``. Background loops run for the app's lifespan."""
-    gw = build_gateway(settings)
+def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> FastAPI:
+    """The ASGI app for ``settings``. Background loops run for the app's lifespan.
+    ``tracing`` overrides the ``OTEL_*`` environment (tests pass an in-memory one)."""
+    gw = build_gateway(settings, tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -67,6 +69,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
             with contextlib.suppress(TableError):
                 await gw.sync.flush_once()
             await gw.sync.release()
+            gw.tracing.shutdown()
             await upstream.close()
             await gw.tables.redis.aclose()
 

@@ -19,6 +19,7 @@ from gateway.proxy import Forwarder
 from gateway.routing_state import RoutingState
 from gateway.settings import GatewaySettings
 from gateway.sync import TableSync
+from gateway.tracing import Tracing
 from gateway.usage import UsageLog
 from router.access_table import AccessTables
 from router.compiled import CompiledPolicy
@@ -39,12 +40,16 @@ class Gateway:
     health: HealthMonitor
     access: AccessControl
     usage: UsageLog
+    tracing: Tracing
     forwarder: Forwarder | None = None
     draining: bool = False
 
 
-def build_gateway(settings: GatewaySettings) -> Gateway:
-    """Load the policy and build the in-process state. Raises PolicyError."""
+def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> Gateway:
+    """Load the policy and build the in-process state. Raises PolicyError.
+
+    ``tracing`` defaults to what the standard ``OTEL_*`` environment asks for (off).
+    """
     compiled = PolicyStore.load_initial(settings.policy)
     state = RoutingState(compiled)
     if settings.redis_url is None:
@@ -93,4 +98,5 @@ def build_gateway(settings: GatewaySettings) -> Gateway:
         health=HealthMonitor(state, tables, metrics),
         access=access,
         usage=usage,
+        tracing=tracing if tracing is not None else Tracing.from_env(),
     )

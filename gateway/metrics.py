@@ -29,7 +29,7 @@ class GatewayMetrics:
         )
         self.request_seconds = Histogram(
             "skyroute_request_duration_seconds",
-            "Upstream time of routed requests, end to end.",
+            "Time of routed requests in the gateway, end to end.",
             ("model",),
             buckets=_LATENCY_BUCKETS,
             registry=r,
@@ -40,6 +40,26 @@ class GatewayMetrics:
             buckets=_OVERHEAD_BUCKETS,
             registry=r,
         )
+        self.ttft_seconds = Histogram(
+            "skyroute_ttft_seconds", "Time to first token through the gateway.", ("model",),
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tpot_seconds = Histogram(
+            "skyroute_tpot_seconds", "Time per output token after the first.", ("model",),
+            buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0), registry=r,
+        )  # fmt: skip
+        self.slo_requests = Counter(
+            "skyroute_slo_requests_total", "Finished requests by whether they met their SLO class.",
+            ("model", "slo_class", "met"), registry=r,
+        )  # fmt: skip
+        self.goodput_tokens = Counter(
+            "skyroute_goodput_tokens_total", "Output tokens of requests that met their SLO.",
+            ("model",), registry=r,
+        )  # fmt: skip
+        self.route_decisions = Counter(
+            "skyroute_route_decisions_total", "Routing decisions by reason.", ("model", "reason"),
+            registry=r,
+        )  # fmt: skip
         self.failovers = Counter(
             "skyroute_failovers_total",
             "Attempts on a second or later pool.",
@@ -97,12 +117,28 @@ class GatewayMetrics:
             registry=r,
         )
 
-    def observe_request(
-        self, route: RouteRequest, pool_id: str, status: str, seconds: float
+    def observe_finish(
+        self,
+        route: RouteRequest,
+        pool_id: str,
+        status: str,
+        latency_ms: float,
+        ttft_ms: float | None,
+        tpot_ms: float | None,
+        output_tokens: int,
+        slo_met: bool,
     ) -> None:
-        """Count one finished request (seconds: upstream time end to end)."""
+        """Count one finished request: outcome, end-to-end time, TTFT/TPOT when measured,
+        and whether it met its SLO class (goodput counts only the tokens of those)."""
         self.requests.labels(route.model, pool_id, status, route.slo_class).inc()
-        self.request_seconds.labels(route.model).observe(seconds)
+        self.request_seconds.labels(route.model).observe(latency_ms / 1000.0)
+        if ttft_ms is not None:
+            self.ttft_seconds.labels(route.model).observe(ttft_ms / 1000.0)
+        if tpot_ms is not None:
+            self.tpot_seconds.labels(route.model).observe(tpot_ms / 1000.0)
+        self.slo_requests.labels(route.model, route.slo_class, "true" if slo_met else "false").inc()
+        if slo_met:
+            self.goodput_tokens.labels(route.model).inc(output_tokens)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -12,20 +12,20 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
 from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
-from gateway.decisions import Decision, DecisionLog
+from gateway.decisions import DecisionLog
+from gateway.finish import Attempt, RequestContext, RequestFinisher
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
 from gateway.retry_budget import RetryBudget
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
+from gateway.tracing import NOOP, ChildSpan
 from gateway.usage import UsageLog
-from router.access_table import NANO, UsageRecord
 from router.errors import (
     NoFeasiblePool,
     RoutingError,
@@ -38,45 +38,24 @@ from router.policy import PoolSpec
 from router.scoring import Ranking, RouteRequest
 
 logger = logging.getLogger(__name__)
-# One line per finished request (JSON fields via the entry point's formatter).
-access_log = logging.getLogger("skyroute.access")
 
 _JSON = "application/json"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """Who sent the request and what admission charged: for usage records and overhead.
-
-    ``received_at`` is ``time.perf_counter()`` when the gateway got the request;
-    ``est_tokens`` is what the tenant's TPM bucket was charged at admission.
-    """
-
-    tenant: str
-    request_id: str
-    est_tokens: int
-    received_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    pool: PoolSpec
-    url: str
-    usd_per_token: float
-    number: int
-    reason: str
-    candidates: int
-    predicted_ttft_ms: float
-
-
-def _usage(body: bytes) -> tuple[int | None, int | None]:
+def _usage(body: bytes) -> tuple[int | None, int | None, str | None]:
+    """(prompt tokens, completion tokens, model) from an OpenAI response body."""
     try:
         data = orjson.loads(body)
         usage = data.get("usage") or {}
-        return usage.get("prompt_tokens"), usage.get("completion_tokens")
+        model = data.get("model")
+        return (
+            usage.get("prompt_tokens"),
+            usage.get("completion_tokens"),
+            model if isinstance(model, str) else None,
+        )
     except (orjson.JSONDecodeError, AttributeError):
-        return None, None
+        return None, None, None
 
 
 def _unavailable(ranking: Ranking, model: str) -> RoutingError:
@@ -100,8 +79,7 @@ class Forwarder:
         self.state = state
         self.upstream = upstream
         self.metrics = metrics
-        self.usage = usage
-        self.decisions = DecisionLog()
+        self.finisher = RequestFinisher(usage, DecisionLog(), metrics)
         self._rr: dict[str, int] = {}
         routing = state.policy.policy.routing
         self.retry_budget = RetryBudget(
@@ -138,7 +116,7 @@ class Forwarder:
             return await self._forward(parsed, route, path, headers, ctx)
         except (RoutingError, UpstreamError) as exc:
             status = "no_pool" if isinstance(exc, RoutingError) else "upstream_error"
-            self._record(ctx, route, None, 0, 0, 0.0, status)
+            self.finisher.finish(ctx, route, None, 0, 0, 0.0, status)
             raise
 
     async def _forward(
@@ -151,7 +129,24 @@ class Forwarder:
     ) -> Response:
         now = time.time()
         self.retry_budget.on_request(now)
+        traced = ctx.trace is not NOOP
+        route_span = ctx.trace.child("route") if traced else NOOP
         ranking = self.state.rank(route, now)
+        self.metrics.route_decisions.labels(route.model, ranking.reason).inc()
+        if traced:
+            route_span.set(
+                {
+                    "skyroute.candidates": len(ranking.candidates),
+                    "skyroute.feasible": ranking.n_feasible,
+                    "skyroute.reason": ranking.reason,
+                    **(
+                        {"skyroute.pool": ranking.pool_ids[ranking.order[0]]}
+                        if len(ranking.order)
+                        else {}
+                    ),
+                }
+            )
+            route_span.end()
         if len(ranking.order) == 0:
             raise _unavailable(ranking, route.model)
         policy = self.state.policy
@@ -173,7 +168,23 @@ class Forwarder:
                 break
             number += 1
             per_token = float(ranking.cost_usd[i]) / max(est_tokens, 1)
-            attempt = _Attempt(
+            span: ChildSpan = NOOP
+            attempt_headers = headers
+            if traced:
+                span = ctx.trace.child(
+                    f"upstream {pool.id}",
+                    {
+                        "skyroute.pool": pool.id, "skyroute.provider": pool.provider,
+                        "skyroute.region": pool.location, "skyroute.attempt": number,
+                        "skyroute.ttft.predicted_ms": float(ranking.ttft_ms[i]),
+                        "skyroute.cost_usd.estimated": float(ranking.cost_usd[i]),
+                        "gen_ai.request.model": pool.upstream_model,
+                    },
+                    client=True,
+                )  # fmt: skip
+                attempt_headers = dict(headers)
+                span.inject(attempt_headers)  # W3C traceparent to the engine
+            attempt = Attempt(
                 pool,
                 self._url(pool, path),
                 per_token,
@@ -181,6 +192,9 @@ class Forwarder:
                 ranking.reason,
                 len(ranking.candidates),
                 float(ranking.ttft_ms[i]),
+                ranking.slo_ttft_ms,
+                ranking.slo_tpot_ms,
+                span,
             )
             if number > 1:
                 self.metrics.failovers.labels(model=route.model).inc()
@@ -188,9 +202,12 @@ class Forwarder:
                 self.metrics.overhead_seconds.observe(time.perf_counter() - ctx.received_at)
             try:
                 if parsed.stream:
-                    return await self._stream(parsed, attempt, headers, route, ctx)
-                return await self._unary(parsed, attempt, headers, route, ctx)
+                    return await self._stream(parsed, attempt, attempt_headers, route, ctx)
+                response = await self._unary(parsed, attempt, attempt_headers, route, ctx)
+                span.end()
+                return response
             except UpstreamError as exc:
+                span.end(exc)
                 last = exc
                 self.state.outlier.release_trial(pool.id)
                 logger.warning("attempt %d on pool %s failed: %s", number, pool.id, exc)
@@ -198,80 +215,12 @@ class Forwarder:
             raise _unavailable(ranking, route.model)
         raise last
 
-    def _record(
-        self,
-        ctx: RequestContext,
-        route: RouteRequest,
-        attempt: _Attempt | None,
-        prompt: int,
-        completion: int,
-        cost_usd: float,
-        status: str,
-    ) -> None:
-        """The one place a request ends: usage record, decision log, access log line."""
-        now = time.time()
-        pool = attempt.pool if attempt else None
-        if attempt is not None:
-            self.decisions.add(
-                Decision(
-                    ts_s=now,
-                    model=route.model,
-                    tenant=ctx.tenant,
-                    pool=attempt.pool.id,
-                    provider=attempt.pool.provider,
-                    region=attempt.pool.location,
-                    reason=attempt.reason,
-                    candidates=attempt.candidates,
-                    attempts=attempt.number,
-                    predicted_ttft_ms=attempt.predicted_ttft_ms,
-                    cost_usd=cost_usd,
-                    status=status,
-                )
-            )
-        if access_log.isEnabledFor(logging.INFO):
-            access_log.info(
-                "request",
-                extra={
-                    "fields": {
-                        "request_id": ctx.request_id,
-                        "tenant": ctx.tenant,
-                        "model": route.model,
-                        "slo_class": route.slo_class,
-                        "pool": pool.id if pool else None,
-                        "provider": pool.provider if pool else None,
-                        "region": pool.location if pool else None,
-                        "status": status,
-                        "attempts": attempt.number if attempt else 0,
-                        "prompt_tokens": prompt,
-                        "completion_tokens": completion,
-                        "cost_usd": round(cost_usd, 9),
-                        "latency_ms": round((time.perf_counter() - ctx.received_at) * 1000.0, 3),
-                    }
-                },
-            )
-        self.usage.record(
-            UsageRecord(
-                ts_s=now,
-                request_id=ctx.request_id,
-                tenant=ctx.tenant,
-                model=route.model,
-                pool=pool.id if pool else "",
-                provider=pool.provider if pool else "",
-                region=pool.location if pool else "",
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                cost_nusd=round(cost_usd * NANO),
-                status=status,
-                est_tokens=ctx.est_tokens,
-            )
-        )
-
     def _failed(self, pool_id: str, exc: UpstreamError) -> None:
         self.state.observe(pool_id, ok=False)
         self.metrics.upstream_errors.labels(pool=pool_id, kind=type(exc).__name__).inc()
         self.state.outlier.on_failure(pool_id, time.time(), str(exc))
 
-    def _headers(self, attempt: _Attempt, cost: float) -> dict[str, str]:
+    def _headers(self, attempt: Attempt, cost: float) -> dict[str, str]:
         pool = attempt.pool
         return {
             "x-skyroute-pool": pool.id,
@@ -282,7 +231,7 @@ class Forwarder:
         }
 
     async def _open(
-        self, parsed: ParsedRequest, attempt: _Attempt, headers: dict[str, str]
+        self, parsed: ParsedRequest, attempt: Attempt, headers: dict[str, str]
     ) -> UpstreamResponse:
         body = parsed.upstream_body(attempt.pool.upstream_model)
         resp = await self.upstream.post(attempt.url, body, headers, self._timeouts())
@@ -298,7 +247,7 @@ class Forwarder:
     async def _unary(
         self,
         parsed: ParsedRequest,
-        attempt: _Attempt,
+        attempt: Attempt,
         headers: dict[str, str],
         route: RouteRequest,
         ctx: RequestContext,
@@ -319,11 +268,11 @@ class Forwarder:
         if resp.status != 200:
             # A client error (bad parameters, context too long): the pool is healthy.
             self.state.outlier.on_success(pool_id, time.time())
-            self._record(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
+            self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
-        prompt, completion = _usage(body)
+        prompt, completion, model = _usage(body)
         prompt_tokens = prompt if prompt is not None else route.prompt_tokens
         tokens = prompt_tokens + (completion or 0)
         tpot = None
@@ -334,15 +283,24 @@ class Forwarder:
             tpot = max(elapsed_ms - prefill_ms, 0.0) / completion
         self.state.observe(pool_id, ok=True, tpot_ms=tpot)
         self.state.outlier.on_success(pool_id, time.time())
-        self.metrics.observe_request(route, pool_id, "200", elapsed_ms / 1000.0)
         cost = tokens * attempt.usd_per_token
-        self._record(ctx, route, attempt, prompt_tokens, completion or 0, cost, "ok")
+        self.finisher.finish(
+            ctx,
+            route,
+            attempt,
+            prompt_tokens,
+            completion or 0,
+            cost,
+            "ok",
+            tpot_ms=tpot,
+            response_model=model,
+        )
         return Response(body, media_type=_JSON, headers=self._headers(attempt, cost))
 
     async def _stream(
         self,
         parsed: ParsedRequest,
-        attempt: _Attempt,
+        attempt: Attempt,
         headers: dict[str, str],
         route: RouteRequest,
         ctx: RequestContext,
@@ -363,7 +321,7 @@ class Forwarder:
                 resp.close()
                 self.state.release(pool_id)
             self.state.outlier.on_success(pool_id, time.time())
-            self._record(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
+            self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
@@ -405,18 +363,20 @@ class Forwarder:
         chunks: AsyncIterator[bytes],
         resp: UpstreamResponse,
         watch: StreamWatch,
-        attempt: _Attempt,
+        attempt: Attempt,
         route: RouteRequest,
         started: float,
         ctx: RequestContext,
     ) -> AsyncIterator[bytes]:
         pool_id = attempt.pool.id
         status = "200"
+        completed = False
         try:
             yield first
             async for chunk in chunks:
                 watch.feed(chunk, time.perf_counter())
                 yield chunk
+            completed = True
             if watch.error is not None:
                 status = "stream_error"
                 self._failed(pool_id, UpstreamStreamError(watch.error, pool_id=pool_id))
@@ -431,16 +391,15 @@ class Forwarder:
                 ttft_ms = (watch.first_at - started) * 1000.0
                 self.state.observe(pool_id, ok=True, ttft_ms=ttft_ms, tpot_ms=watch.tpot_ms())
                 self.state.outlier.on_success(pool_id, time.time())
-            self.metrics.observe_request(route, pool_id, status, time.perf_counter() - started)
+            if status == "200" and not completed:
+                status = "client_disconnected"
+            attempt.span.end(
+                None if status in ("200", "client_disconnected") else UpstreamStreamError(status)
+            )
             prompt = watch.prompt_tokens if watch.prompt_tokens is not None else route.prompt_tokens
             completion = watch.output_tokens()
             cost = (prompt + completion) * attempt.usd_per_token
-            self._record(
-                ctx,
-                route,
-                attempt,
-                prompt,
-                completion,
-                cost,
-                "ok" if status == "200" else status,
-            )
+            self.finisher.finish(
+                ctx, route, attempt, prompt, completion, cost, "ok" if status == "200" else status,
+                ttft_ms=(watch.first_at - ctx.received_at) * 1000.0, tpot_ms=watch.tpot_ms(),
+            )  # fmt: skip

@@ -129,7 +129,7 @@ def admin_router(gw: Gateway) -> APIRouter:
         with their reasons, spend per provider and traffic per provider per second."""
         authorize(request)
         out, live = await pool_views()
-        decisions = gw.forwarder.decisions if gw.forwarder else None
+        decisions = gw.forwarder.finisher.decisions if gw.forwarder else None
         body = {
             "pools": out,
             "live": live,

@@ -17,14 +17,16 @@ from starlette.routing import Route
 
 from gateway.access import Caller, bearer_digest
 from gateway.context import Gateway
+from gateway.finish import RequestContext
 from gateway.openai_request import Operation, ParsedRequest, parse_request
-from gateway.proxy import RequestContext
+from gateway.tracing import NOOP
 from router.errors import (
     HeadersTooLarge,
     InvalidRequest,
     ModelNotFound,
     PayloadTooLarge,
     PermissionDenied,
+    SkyrouteError,
 )
 from router.scoring import RouteRequest
 
@@ -130,17 +132,41 @@ def openai_routes(gw: Gateway) -> list[Route]:
 
     async def handle(request: Request, operation: Operation, path: str) -> Response:
         received = time.perf_counter()
-        check_headers(request, gw.settings.max_header_bytes)
-        key = bearer_digest(request.headers.get("authorization"))
-        body = await read_body(request, gw.settings.max_body_bytes)
-        parsed = parse_request(body, operation)
-        est_tokens = estimate_tokens(gw, parsed)
-        caller = await gw.access.admit(key, est_tokens)
-        route = route_request(gw, parsed, request, caller)
+        trace = gw.tracing.start(
+            f"{operation.value}", request.headers, {"gen_ai.operation.name": operation.value}
+        ) if gw.tracing.enabled else NOOP  # fmt: skip
+        try:
+            check_headers(request, gw.settings.max_header_bytes)
+            key = bearer_digest(request.headers.get("authorization"))
+            body = await read_body(request, gw.settings.max_body_bytes)
+            parsed = parse_request(body, operation)
+            est_tokens = estimate_tokens(gw, parsed)
+            admission = trace.child("admission") if trace is not NOOP else NOOP
+            try:
+                caller = await gw.access.admit(key, est_tokens)
+            except SkyrouteError as exc:
+                admission.end(exc)
+                raise
+            admission.set({"skyroute.tenant": caller.tenant})
+            admission.end()
+            route = route_request(gw, parsed, request, caller)
+            trace.rename(f"{operation.value} {parsed.model}")  # GenAI span naming
+            trace.set(
+                {
+                    "gen_ai.request.model": parsed.model,
+                    "skyroute.slo_class": route.slo_class,
+                    "skyroute.client_region": route.client_region,
+                    "skyroute.tenant": caller.tenant,
+                }
+            )
+        except SkyrouteError as exc:
+            trace.end(exc)
+            raise
         request_id = (request.headers.get("x-request-id") or uuid.uuid4().hex)[:128]
         upstream_headers = {"content-type": "application/json", "x-request-id": request_id}
-        ctx = RequestContext(caller.tenant, request_id, est_tokens, received)
+        ctx = RequestContext(caller.tenant, request_id, est_tokens, received, trace)
         assert gw.forwarder is not None, "the app's lifespan has not started"
+        # From here on the forwarder ends the trace, with the request (streams included).
         response = await gw.forwarder.forward(parsed, route, path, upstream_headers, ctx)
         response.headers["x-request-id"] = request_id
         return response

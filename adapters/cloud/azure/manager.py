@@ -1,0 +1,53 @@
+"""Cache/manager layer of the Azure provider: one VM scale set, briefly cached."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from adapters.cloud.azure.api import ScaleSetApi
+from adapters.cloud.managed import GroupManager, GroupState
+from adapters.cloud.nodegroup import Node, NodeStatus
+
+__all__ = ["ScaleSetManager", "node_status"]
+
+_BY_STATE = MappingProxyType(
+    {
+        "creating": NodeStatus.CREATING,
+        "succeeded": NodeStatus.RUNNING,
+        "updating": NodeStatus.RUNNING,
+        "migrating": NodeStatus.RUNNING,
+        "deleting": NodeStatus.DELETING,
+        "failed": NodeStatus.FAILED,
+        "canceled": NodeStatus.FAILED,
+    }
+)
+
+
+def node_status(provisioning_state: str) -> NodeStatus:
+    """Our status for a scale-set VM's provisioning state (unknown states: creating)."""
+    return _BY_STATE.get(provisioning_state.lower(), NodeStatus.CREATING)
+
+
+class ScaleSetManager(GroupManager):
+    """One VMSS: ``sku.capacity`` and its VMs."""
+
+    def __init__(self, api: ScaleSetApi, ttl_s: float) -> None:
+        super().__init__(ttl_s)
+        self._api = api
+
+    def _load(self) -> GroupState:
+        capacity = self._api.capacity()
+        nodes = tuple(
+            Node(vm.instance_id, node_status(vm.provisioning_state)) for vm in self._api.vms()
+        )
+        return GroupState(capacity, nodes)
+
+    def _write_target(self, target: int) -> None:
+        self._api.set_capacity(target)
+
+    def _delete(self, ids: Sequence[str]) -> None:
+        self._api.delete_instances(list(ids))
+
+    def close(self) -> None:
+        self._api.close()

@@ -1,0 +1,165 @@
+"""Where every request ends, whatever happened to it: one usage record, one decision
+in the dashboard's log, one access-log line, the request metrics and SLO attainment,
+and the end of its trace. Keeping it in one place is what makes the usage records
+reconcile with the metrics and the logs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from gateway.decisions import Decision, DecisionLog
+from gateway.metrics import GatewayMetrics
+from gateway.tracing import NOOP, ChildSpan, RequestTrace
+from gateway.usage import UsageLog
+from router.access_table import NANO, UsageRecord
+from router.policy import PoolSpec
+from router.scoring import RouteRequest
+
+# One line per finished request (JSON fields via the entry point's formatter).
+access_log = logging.getLogger("skyroute.access")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent the request and what admission charged: for usage records and overhead.
+
+    ``received_at`` is ``time.perf_counter()`` when the gateway got the request;
+    ``est_tokens`` is what the tenant's TPM bucket was charged at admission.
+    """
+
+    tenant: str
+    request_id: str
+    est_tokens: int
+    received_at: float
+    trace: RequestTrace = field(default=NOOP)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a request on one pool, with the routing decision that chose it."""
+
+    pool: PoolSpec
+    url: str
+    usd_per_token: float
+    number: int
+    reason: str
+    candidates: int
+    predicted_ttft_ms: float
+    slo_ttft_ms: float
+    slo_tpot_ms: float
+    span: ChildSpan = NOOP
+
+
+class RequestFinisher:
+    """Records the end of each request exactly once."""
+
+    def __init__(self, usage: UsageLog, decisions: DecisionLog, metrics: GatewayMetrics) -> None:
+        self.usage = usage
+        self.decisions = decisions
+        self.metrics = metrics
+
+    def finish(
+        self,
+        ctx: RequestContext,
+        route: RouteRequest,
+        attempt: Attempt | None,
+        prompt: int,
+        completion: int,
+        cost_usd: float,
+        status: str,
+        *,
+        ttft_ms: float | None = None,
+        tpot_ms: float | None = None,
+        response_model: str | None = None,
+    ) -> None:
+        """Record one finished request (``status`` is ``ok`` or an error code)."""
+        now = time.time()
+        pool = attempt.pool if attempt else None
+        latency_ms = (time.perf_counter() - ctx.received_at) * 1000.0
+        if attempt is not None:
+            self.decisions.add(
+                Decision(
+                    ts_s=now,
+                    model=route.model,
+                    tenant=ctx.tenant,
+                    pool=attempt.pool.id,
+                    provider=attempt.pool.provider,
+                    region=attempt.pool.location,
+                    reason=attempt.reason,
+                    candidates=attempt.candidates,
+                    attempts=attempt.number,
+                    predicted_ttft_ms=attempt.predicted_ttft_ms,
+                    cost_usd=cost_usd,
+                    status=status,
+                )
+            )
+        met = (
+            status == "ok"
+            and attempt is not None
+            and (ttft_ms is None or ttft_ms <= attempt.slo_ttft_ms)
+            and (tpot_ms is None or tpot_ms <= attempt.slo_tpot_ms)
+        )
+        self.metrics.observe_finish(
+            route, pool.id if pool else "", status, latency_ms, ttft_ms, tpot_ms, completion, met
+        )
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                "request",
+                extra={
+                    "fields": {
+                        "request_id": ctx.request_id,
+                        "tenant": ctx.tenant,
+                        "model": route.model,
+                        "slo_class": route.slo_class,
+                        "pool": pool.id if pool else None,
+                        "provider": pool.provider if pool else None,
+                        "region": pool.location if pool else None,
+                        "status": status,
+                        "attempts": attempt.number if attempt else 0,
+                        "prompt_tokens": prompt,
+                        "completion_tokens": completion,
+                        "cost_usd": round(cost_usd, 9),
+                        "latency_ms": round(latency_ms, 3),
+                        "ttft_ms": round(ttft_ms, 3) if ttft_ms is not None else None,
+                    }
+                },
+            )
+        ctx.trace.set(
+            {
+                "gen_ai.usage.input_tokens": prompt,
+                "gen_ai.usage.output_tokens": completion,
+                "skyroute.status": status,
+                "skyroute.cost_usd": cost_usd,
+                **({"gen_ai.response.model": response_model} if response_model else {}),
+                **({"skyroute.ttft.measured_ms": ttft_ms} if ttft_ms is not None else {}),
+                **(
+                    {
+                        "skyroute.pool": pool.id,
+                        "skyroute.provider": pool.provider,
+                        "skyroute.region": pool.location,
+                        "skyroute.attempts": attempt.number,
+                    }
+                    if pool and attempt
+                    else {}
+                ),
+            }
+        )
+        ctx.trace.end()
+        self.usage.record(
+            UsageRecord(
+                ts_s=now,
+                request_id=ctx.request_id,
+                tenant=ctx.tenant,
+                model=route.model,
+                pool=pool.id if pool else "",
+                provider=pool.provider if pool else "",
+                region=pool.location if pool else "",
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost_nusd=round(cost_usd * NANO),
+                status=status,
+                est_tokens=ctx.est_tokens,
+            )
+        )
