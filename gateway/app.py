@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from adapters.upstream import UpstreamClient
 from gateway import http_errors, openapi_schemas
 from gateway.context import build_gateway
+from gateway.dashboard import dashboard_router
 from gateway.proxy import Forwarder
 from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
@@ -87,6 +88,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     app.include_router(admin_router(gw))
     app.include_router(tenants_router(gw))
     app.include_router(ops_router(gw))
+    app.include_router(dashboard_router(gw))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
