@@ -24,6 +24,7 @@ any layer may import it.
     │   ├── UpstreamStatusError     5xx or 429 before the first byte (retryable)
     │   └── UpstreamStreamError     failed after bytes reached the client (never retried)
     ├── TableError                  the live tables in Redis could not be read or written
+    ├── SimulationError             bad simulator input (skyroute.sim.errors)
     ├── PriceFeedError              a price feed could not be read (``reason`` says why)
     └── AdapterError                a cloud control plane failed
         ├── NotImplementedByProvider  optional capability absent

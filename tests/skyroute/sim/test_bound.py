@@ -1,0 +1,112 @@
+"""The offline LP bound: no SLO-meeting way to serve a tiny trace is cheaper."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from adapters.engine.perf_model import EngineProfile
+from skyroute.sim.bound import lower_bound
+from skyroute.sim.engine import SimConfig, simulate
+from skyroute.sim.fleet import Fleet
+from skyroute.sim.metrics import summarize
+from skyroute.sim.scaler import StaticScaler
+from skyroute.sim.spec import fluid_goodput_tokens_per_s
+from tests.skyroute.sim.conftest import policy, pool, spec_of, workload
+
+# SLO: TTFT 600 ms, TPOT 10 ms, so a SLOW replica ($1/h) runs one sequence (100 tok/s) and
+# a FAST one ($3/h) two (200 tok/s). Four requests keep a SLOW replica each busy for 1 s
+# (0.1 s prefill + 90 tokens at 10 ms); the fifth, at 1.05 s, puts every token inside the
+# horizon. Best fleet: 4 SLOW × 1.05 s; bound: 360 tokens at 100 tok/s = 3.6 replica-s.
+ROWS = [(0.0, 100, 91), (0.01, 100, 91), (0.02, 100, 91), (0.03, 100, 91), (1.05, 1, 1)]
+
+
+@dataclass
+class Fixed:
+    """Routes request i to ``assignment[i]``."""
+
+    assignment: tuple[int, ...]
+    name: str = "fixed"
+
+    def choose(self, i: int, client: int, prompt: int, now: float, fleet: Fleet) -> int:
+        return self.assignment[i]
+
+    def observe(self, client: int, pool: int, latency_s: float, output_tokens: int) -> None:
+        pass
+
+
+def _spec(slow: int, fast: int, tpot_ms: float = 10.0):
+    pols = policy(
+        [
+            pool("slow", "SLOW", usd_per_gpu_hour=1.0, replicas=(0, 4, slow)),
+            pool("fast", "FAST", usd_per_gpu_hour=3.0, replicas=(0, 4, fast)),
+        ],
+        ttft_ms=600.0,
+        tpot_ms=tpot_ms,
+    )
+    return spec_of(pols)
+
+
+def test_brute_force_over_every_slo_meeting_assignment_never_beats_the_bound() -> None:
+    spec = _spec(0, 0)
+    work = workload(spec, ROWS)
+    bound = lower_bound(spec, work, window_s=work.horizon_s)
+    best = np.inf
+    for slow, fast in itertools.product(range(5), range(3)):
+        fleet_spec = _spec(slow, fast)
+        for assignment in itertools.product(range(2), repeat=len(ROWS)):
+            run = simulate(
+                fleet_spec, work, Fixed(assignment), StaticScaler(), SimConfig(warmup_s=0.0)
+            )
+            summary, _ = summarize(fleet_spec, work, run, window_s=work.horizon_s)
+            if summary.slo_attainment == 1.0:
+                best = min(best, summary.provisioned_usd)
+    assert np.isfinite(best), "no assignment met every SLO: the test proves nothing"
+    assert bound.total_usd == pytest.approx(3.6 / 3600.0)
+    assert best >= bound.total_usd
+
+
+def test_bound_sends_a_class_only_where_a_lone_request_meets_the_ttft_slo() -> None:
+    # 800 prompt tokens take 0.8 s on SLOW (+20 ms RTT > 600 ms): only FAST can serve it.
+    spec = _spec(0, 0, tpot_ms=15.0)
+    work = workload(spec, [(0.0, 800, 50), (30.0, 10, 1)])
+    bound = lower_bound(spec, work, window_s=work.horizon_s)
+    # FAST emits 200 tok/s within 15 ms TPOT at $3/h; SLOW would have cost 2/3 of that.
+    assert bound.total_usd == pytest.approx(49 / 200 * 3.0 / 3600.0)
+
+
+def test_bound_costs_the_tokens_at_the_fluid_goodput_of_the_cheapest_feasible_pool() -> None:
+    spec = _spec(0, 0, tpot_ms=15.0)
+    work = workload(spec, [(0.0, 10, 101), (30.0, 10, 1)])
+    bound = lower_bound(spec, work, window_s=work.horizon_s)
+    # SLOW meets 15 ms at 1.5 sequences: 1.5 / 15 ms = 100 tok/s; 100 tokens = 1 replica-s.
+    assert bound.total_usd == pytest.approx(1.0 / 3600.0)
+
+
+def test_demand_beyond_every_pools_max_is_left_unserved_and_counted() -> None:
+    # At most two SLOW (100 tok/s each) and two FAST (200 tok/s) replicas: 600 tok/s, or
+    # 12,000 tokens in 20 s, against 20 requests of 1,000 decode tokens: 8 left over.
+    spec = spec_of(
+        policy(
+            [
+                pool("slow", "SLOW", usd_per_gpu_hour=1.0, replicas=(0, 2, 0)),
+                pool("fast", "FAST", usd_per_gpu_hour=3.0, replicas=(0, 2, 0)),
+            ],
+            tpot_ms=10.0,
+        )
+    )
+    work = workload(spec, [(0.0, 10, 1001)] * 20 + [(20.0, 10, 1)])
+    bound = lower_bound(spec, work, window_s=20.0)
+    assert bound.unservable == 8
+    assert bound.replicas[0].tolist() == pytest.approx([2.0, 2.0])
+
+
+def test_fluid_goodput_is_the_occupancy_where_tpot_meets_the_slo() -> None:
+    profile = EngineProfile("p", 256, 8000.0, 25.0, 75.0, 8000.0, 1000)
+    n = 1 + (60.0 - 25.0) / (50.0 / 255)
+    assert fluid_goodput_tokens_per_s(profile, 60.0) == pytest.approx(n / 60.0 * 1000.0)
+    assert fluid_goodput_tokens_per_s(profile, 100.0) == pytest.approx(256 / 75.0 * 1000.0)
+    assert fluid_goodput_tokens_per_s(profile, 20.0) == 0.0
