@@ -32,7 +32,8 @@ class ModelSpec(_Strict):
 
     kind: Literal["chat", "embedding"] = "chat"
     default_slo: str
-    # Used to price a request that sets no max_tokens (tokens).
+    # The mean output of a request (tokens): prices a request that sets no max_tokens and
+    # sizes the work queued ahead of a request.
     expected_output_tokens: int = Field(default=256, ge=0)
     # Upper bound a request's max_tokens may ask for (tokens).
     max_output_tokens: int = Field(default=8192, gt=0)
@@ -199,6 +200,10 @@ class RoutingSettings(_Strict):
     # Pools whose cost is within this fraction of the cheapest feasible one tie;
     # the lighter-loaded of them wins.
     near_tie: float = Field(default=0.02, ge=0, lt=1)
+    # A pool is feasible only if its predicted TTFT and TPOT are below the SLO targets
+    # by this fraction: predictions are estimates, and a request admitted right at the
+    # edge misses about half the time.
+    slo_headroom: float = Field(default=0.1, ge=0, lt=1)
     max_attempts: int = Field(default=3, ge=1, le=10)
     # Retries (attempts after the first) may be at most this share of requests over
     # ``retry_budget_window_s``, but never fewer than ``retry_budget_min`` per window, so

@@ -241,11 +241,14 @@ def rank(
     prefill = request.prompt_tokens * view.prefill_ms_per_token
     # A request beyond the batch slots waits for a fraction of one service time per
     # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
-    # requests ahead are priced at the model's typical output, not at this one's.
-    service_ms = prefill + spec.expected_output_tokens * view.tpot_ms
+    # requests ahead are priced at the model's expected (mean) output, decoded at the
+    # TPOT of a full batch, not at this request's own numbers.
+    service_ms = prefill + spec.expected_output_tokens * view.tpot_queue_ms
     queued = np.maximum(inflight + view.one_minus_slots, 0.0)
     ttft = rtt + queued * service_ms * view.inv_slots + prefill
     load = (inflight + 1.0) * view.inv_slots
+    # TPOT grows with batch occupancy (measured values already include it).
+    tpot = view.tpot_ms + view.tpot_span_ms * np.minimum(load, 1.0)
 
     region_ok = np.isfinite(rtt)
     if request.allowed_regions is not None:
@@ -258,7 +261,9 @@ def rank(
         available = available & ~local_blocked[m]
     eligible = region_ok & available & view.has_capacity
     cost = (request.prompt_tokens + out_tokens) * view.usd_per_token
-    feasible = eligible & (ttft <= slo.ttft_ms) & (view.tpot_ms <= slo.tpot_ms) & view.priced
+    # Predictions are estimates: keep a margin below the targets (routing.slo_headroom).
+    keep = 1.0 - pol.routing.slo_headroom
+    feasible = eligible & (ttft <= slo.ttft_ms * keep) & (tpot <= slo.tpot_ms * keep) & view.priced
 
     n_feasible = int(np.count_nonzero(feasible))
     if n_feasible == 1:
@@ -288,7 +293,7 @@ def rank(
         slo_tpot_ms=slo.tpot_ms,
         near_tie=pol.routing.near_tie,
         local_ttft_ms=ttft,
-        local_tpot_ms=view.tpot_ms,
+        local_tpot_ms=tpot,
         local_cost_usd=cost,
         local_load=load,
         local_eligible=eligible,

@@ -57,6 +57,9 @@ class ModelView:
     """What routing needs about one model's pools, precomputed once per snapshot so the
     request path does as few vector operations as possible. Arrays follow ``members``.
 
+    ``tpot_ms`` is the measured TPOT, else the profile's at low load; ``tpot_span_ms`` is
+    how much an unmeasured pool's TPOT grows from an empty to a full batch, and
+    ``tpot_queue_ms`` the TPOT at which queued work drains (a full batch).
     ``inv_slots`` is 1 / batch slots (0 where a pool has no ready replica: such a pool is
     not eligible anyway); ``one_minus_slots`` is 1 - slots. ``usd_per_token`` is +inf
     where no price is known, and then ``priced`` is False.
@@ -65,6 +68,8 @@ class ModelView:
     members: IntArray
     inflight: FloatArray
     tpot_ms: FloatArray
+    tpot_span_ms: FloatArray
+    tpot_queue_ms: FloatArray
     prefill_ms_per_token: FloatArray
     inv_slots: FloatArray
     one_minus_slots: FloatArray
@@ -77,7 +82,8 @@ class ModelView:
 
 
 def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
-    tpot = np.where(np.isnan(snap.tpot_ms), policy.tpot_ms, snap.tpot_ms)
+    measured = ~np.isnan(snap.tpot_ms)
+    tpot = np.where(measured, snap.tpot_ms, policy.tpot_ms)
     slots = snap.ready * policy.concurrency
     has_capacity = snap.ready > 0
     inv_slots = np.divide(1.0, slots, out=np.zeros_like(slots), where=slots > 0)
@@ -89,10 +95,16 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
     ]
     out: dict[str, ModelView] = {}
     for model, m in policy.by_model.items():
+        spec = policy.policy.models[model]
+        # A replica admits sequences until its TPOT reaches the model's default SLO (that
+        # is what max_concurrency means), so a full batch decodes at about that TPOT.
+        full = np.maximum(policy.tpot_ms[m], policy.slo[spec.default_slo].tpot_ms)
         out[model] = ModelView(
             members=m,
             inflight=snap.inflight[m],
             tpot_ms=tpot[m],
+            tpot_span_ms=np.where(measured[m], 0.0, full - policy.tpot_ms[m]),
+            tpot_queue_ms=np.where(measured[m], tpot[m], full),
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
             one_minus_slots=1.0 - slots[m],

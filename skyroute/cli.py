@@ -88,7 +88,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 # Modules that add their own subcommands: each has ``register(subparsers)``, which adds
 # its parsers and sets ``func`` (taking the parsed args, returning an exit code).
-PLUGIN_COMMANDS: tuple[str, ...] = ("skyroute.pools_cmd", "skyroute.access_cmd", "skyroute.sim.cli")
+PLUGIN_COMMANDS: tuple[str, ...] = (
+    "skyroute.pools_cmd",
+    "skyroute.access_cmd",
+    "skyroute.prices_cmd",
+    "skyroute.sim.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

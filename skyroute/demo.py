@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +46,13 @@ def engine_profile(pool: PoolSpec) -> str:
     if name not in PROFILES:
         raise KeyError(f"pool {pool.id}: no engine profile {name!r}")
     return name
+
+
+def _die_with_parent() -> None:
+    # Linux: if the demo is killed outright, its engines must not linger on the ports.
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _in_use(port: int) -> bool:
@@ -84,7 +93,8 @@ def fleet(
                     "--time-scale", str(time_scale),
                     "--log-level", "WARNING",
                 ]  # fmt: skip
-                procs.append(subprocess.Popen(args))
+                # Engines start before the demo runs any thread, so preexec_fn is safe here.
+                procs.append(subprocess.Popen(args, preexec_fn=_die_with_parent))  # noqa: PLW1509
         deadline = time.monotonic() + 30
         for pool in policy.pools:
             for endpoint in pool.endpoints:

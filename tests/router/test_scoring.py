@@ -60,6 +60,7 @@ def _compile(
     client_regions: dict[str, dict[str, float]] | None = None,
     slo_classes: dict[str, dict[str, float]] | None = None,
     default_slo: str = "interactive",
+    slo_headroom: float = 0.0,
 ) -> CompiledPolicy:
     locations = {f"{p['provider']}:{p['region']}" for p in pools}
     regions = client_regions or {"home": {loc: 1.0 for loc in sorted(locations)}}
@@ -72,6 +73,7 @@ def _compile(
             "routing": {
                 "fallback": fallback,
                 "near_tie": near_tie,
+                "slo_headroom": slo_headroom,
                 "default_client_region": next(iter(regions)),
             },
         }
@@ -163,7 +165,8 @@ def test_predicted_ttft_adds_rtt_queueing_wait_and_prefill() -> None:
     ranking = rank(_req(), policy, snapshot)
 
     prefill_ms = 500 / 10000 * 1000
-    service_ms = prefill_ms + 100 * 30
+    # Queued work decodes at a full batch's TPOT: the default SLO's 60 ms, not 30 ms.
+    service_ms = prefill_ms + 100 * 60
     expected = 7.0 + 3 * service_ms / 8 + prefill_ms
     assert ranking.ttft_ms[0] == pytest.approx(expected, rel=1e-12)
 
@@ -526,13 +529,21 @@ def _reference(
         blocked = row.state is not PoolState.HEALTHY
         if blocked or ready <= 0 or not math.isfinite(rtt):
             continue
-        tpot = snapshot.tpot_ms[i] if not math.isnan(snapshot.tpot_ms[i]) else policy.tpot_ms[i]
+        measured = not math.isnan(snapshot.tpot_ms[i])
+        full = max(policy.tpot_ms[i], slo.tpot_ms)  # the model's default SLO here
         slots = ready * policy.concurrency[i]
+        load = (snapshot.inflight[i] + 1) / slots
+        tpot = (
+            snapshot.tpot_ms[i]
+            if measured
+            else policy.tpot_ms[i] + (full - policy.tpot_ms[i]) * min(load, 1)
+        )
+        tpot_queue = snapshot.tpot_ms[i] if measured else full
         prefill = request.prompt_tokens / policy.prefill_tps[i] * 1000
         queued = max(snapshot.inflight[i] + 1 - slots, 0)
         # Requests ahead in the queue are priced at the model's typical output.
         typical = policy.policy.models[request.model].expected_output_tokens
-        ttft = rtt + queued * (prefill + typical * tpot) / slots + prefill
+        ttft = rtt + queued * (prefill + typical * tpot_queue) / slots + prefill
         price = snapshot.usd_per_gpu_hour[i]
         if ttft <= slo.ttft_ms and tpot <= slo.tpot_ms and not math.isnan(price):
             tokens = request.prompt_tokens + out
@@ -603,3 +614,28 @@ def test_first_attempt_is_feasible_and_within_near_tie_of_the_cheapest_feasible_
     assert some_feasible > 100
     assert none_feasible > 10
     assert tie_won_on_load > 5
+
+
+def test_unmeasured_tpot_grows_with_batch_occupancy_to_the_default_slo_tpot() -> None:
+    policy = _compile(_pool(CHEAP, price=1.0))
+    idle = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=0.0)))
+    half = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=3.0)))  # load 4/8
+    full = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=20.0)))
+
+    # 30 ms profile TPOT at an empty batch, the default SLO's 60 ms at a full one.
+    assert [r.tpot_ms[0] for r in (idle, half, full)] == pytest.approx([30 + 30 / 8, 45.0, 60.0])
+
+
+def test_measured_tpot_is_used_as_is_under_load() -> None:
+    policy = _compile(_pool(CHEAP, price=1.0))
+    ranking = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=6.0, tpot_ewma_ms=33.0)))
+    assert ranking.tpot_ms[0] == 33.0
+
+
+def test_slo_headroom_rejects_a_pool_predicted_just_under_the_target() -> None:
+    row = PoolRow(tpot_ewma_ms=57.0)  # 5 % under the 60 ms target
+    strict = _compile(_pool(CHEAP, price=1.0), _pool(PRICEY, price=2.0), slo_headroom=0.1)
+    lax = _compile(_pool(CHEAP, price=1.0), _pool(PRICEY, price=2.0), slo_headroom=0.0)
+
+    assert _order(rank(_req(), strict, _snap(strict, cheap=row))) == [PRICEY, CHEAP]
+    assert _order(rank(_req(), lax, _snap(lax, cheap=row))) == [CHEAP, PRICEY]

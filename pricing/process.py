@@ -1,0 +1,102 @@
+"""Wiring of one price-feed process: Redis, tables, feeds, refresher, lease, watcher.
+
+``open_process(settings)`` builds everything from settings once and closes it all on
+exit; the entry points (``skyroute prices …``, the sidecar) only call it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from pricing.catalog import Catalog
+from pricing.feeds import build_feeds
+from pricing.metrics import PriceMetrics
+from pricing.pools import PoolPrice, price_pools
+from pricing.refresh import Refresher
+from pricing.schedule import Schedule
+from pricing.settings import PriceFeedSettings
+from pricing.show import render
+from pricing.watch import LEASE_NAME, PriceWatcher
+from router.errors import PriceFeedError
+from router.lease import Lease
+from router.policy import Policy
+from router.policy_loader import load_policy
+from router.price_table import PriceTable
+from router.tables import LiveTables
+
+
+@dataclass
+class PriceProcess:
+    """Everything one price-feed process uses. ``registry`` holds its metrics."""
+
+    settings: PriceFeedSettings
+    policy: Policy
+    redis: Redis
+    table: PriceTable
+    refresher: Refresher
+    lease: Lease
+    watcher: PriceWatcher
+    registry: CollectorRegistry
+    metrics: PriceMetrics
+
+    async def show(self) -> str:
+        """The ``prices show`` text, from what is in Redis now."""
+        rows = await self.table.read_rows()
+        statuses = await self.table.read_statuses()
+        now = time.time()
+        pools: list[PoolPrice] = price_pools(self.refresher.policy, rows, now)
+        return render(pools, statuses, now)
+
+
+@contextlib.asynccontextmanager
+async def open_process(settings: PriceFeedSettings) -> AsyncIterator[PriceProcess]:
+    """Build the process from ``settings``. Raises PolicyError for a bad policy file and
+    PriceFeedError for a missing Redis URL or an unknown feed name."""
+    if not settings.redis_url:
+        raise PriceFeedError(
+            "SKYROUTE_REDIS_URL is not set: the price feeds write to the shared Redis",
+            feed="all",
+            reason="config",
+        )
+    policy = load_policy(settings.policy)
+    catalog = Catalog.builtin()
+    feeds = build_feeds(settings, policy, settings.policy, catalog)
+    redis = Redis.from_url(settings.redis_url)
+    registry = CollectorRegistry()
+    metrics = PriceMetrics(registry)
+    table = PriceTable(redis, settings.redis_prefix)
+    refresher = Refresher(
+        policy, feeds, table, LiveTables(redis, settings.redis_prefix), metrics, catalog
+    )
+    try:
+        ttl_ms = int(settings.price_lease_ttl_s * 1000)
+        lease = Lease(redis, LEASE_NAME, settings.sidecar_id, ttl_ms, prefix=settings.redis_prefix)
+        schedule = Schedule(
+            feeds,
+            policy.pricing.refresh_interval_s,
+            policy.pricing.jitter,
+            settings.price_backoff_base_s,
+            now_s=time.time(),
+        )
+        watcher = PriceWatcher(
+            refresher,
+            lease,
+            schedule,
+            metrics,
+            policy_path=settings.policy,
+            rebuild_feeds=lambda p: build_feeds(settings, p, settings.policy, catalog),
+        )
+        yield PriceProcess(
+            settings, policy, redis, table, refresher, lease, watcher, registry, metrics
+        )
+    finally:
+        # The watcher may have rebuilt the feeds (policy reload); it closed the old ones.
+        for feed in refresher.feeds.values():
+            await feed.aclose()
+        await redis.aclose()

@@ -1,0 +1,140 @@
+"""``skyroute prices refresh|watch|show``: run the GPU price feeds, or show their prices.
+
+Settings come from ``SKYROUTE_*`` (``pricing.settings.PriceFeedSettings``); ``--policy``
+overrides ``SKYROUTE_POLICY``. ``refresh`` exits 1 if a feed failed outright (its last
+good prices stay), ``watch`` runs until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from skyroute import logs
+
+if TYPE_CHECKING:
+    from pricing.settings import PriceFeedSettings
+
+# The names ``pricing.feeds.FEEDS`` registers; spelled here so that building the parser
+# does not import the cloud SDKs (``skyroute serve`` starts without them).
+FEED_NAMES = ("aws", "azure", "gcp", "static")
+
+
+def _settings(args: argparse.Namespace) -> PriceFeedSettings:
+    from pricing.settings import PriceFeedSettings  # noqa: PLC0415 - keep start-up light
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "policy", None):
+        overrides["policy"] = args.policy
+    if getattr(args, "feed", None):
+        overrides["price_feeds"] = ",".join(args.feed)
+    return PriceFeedSettings(**overrides)
+
+
+async def _refresh(settings: PriceFeedSettings, force: bool) -> int:
+    from pricing.process import open_process  # noqa: PLC0415
+
+    async with open_process(settings) as proc:
+        token = await proc.lease.acquire()
+        if token is None and not force:
+            print(
+                "another sidecar holds the price lease and refreshes the prices; "
+                "use --force to refresh anyway",
+                file=sys.stderr,
+            )
+            return 1
+        try:
+            report = await proc.refresher.refresh(fence=proc.lease.fence)
+        finally:
+            await proc.lease.release()
+        print(await proc.show())
+        if report.fenced_out:
+            print("the price lease was lost during the refresh: nothing written", file=sys.stderr)
+            return 1
+        return 1 if any(s.state == "error" for s in report.statuses.values()) else 0
+
+
+async def _watch(settings: PriceFeedSettings) -> int:
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
+    from pricing.process import open_process  # noqa: PLC0415
+
+    async with open_process(settings) as proc:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = None
+        if settings.price_metrics_port:
+            server, _ = start_http_server(
+                settings.price_metrics_port, addr="127.0.0.1", registry=proc.registry
+            )
+        try:
+            await proc.watcher.run(stop)
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+    return 0
+
+
+async def _show(settings: PriceFeedSettings) -> int:
+    from pricing.process import open_process  # noqa: PLC0415
+
+    async with open_process(settings) as proc:
+        print(await proc.show())
+    return 0
+
+
+def cmd_refresh(args: argparse.Namespace) -> int:
+    """``prices refresh``: fetch every enabled feed once and print the result."""
+    settings = _settings(args)
+    logs.configure(settings.log_level, json=False)
+    return asyncio.run(_refresh(settings, args.force))
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """``prices watch``: the sidecar loop (leader-elected)."""
+    settings = _settings(args)
+    logs.configure(settings.log_level, settings.log_json)
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_watch(settings))
+    return 130
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """``prices show``: pools with their prices and $/1M tokens, and each feed's status."""
+    settings = _settings(args)
+    logs.configure(settings.log_level, json=False)
+    return asyncio.run(_show(settings))
+
+
+def register(subparsers: Any) -> None:
+    """Add ``prices refresh|watch|show`` to the ``skyroute`` parser."""
+    p = subparsers.add_parser("prices", help="GPU price feeds: refresh, watch, show")
+    sub = p.add_subparsers(dest="prices_command", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--policy", help="routing policy YAML (env SKYROUTE_POLICY)")
+
+    q = sub.add_parser("refresh", help="fetch every enabled feed once, then show the prices")
+    common(q)
+    q.add_argument(
+        "--feed", action="append", choices=FEED_NAMES, help="only this feed (repeatable)"
+    )
+    q.add_argument(
+        "--force", action="store_true", help="refresh even if another sidecar holds the lease"
+    )
+    q.set_defaults(func=cmd_refresh)
+
+    q = sub.add_parser("watch", help="refresh on the policy's interval while holding the lease")
+    common(q)
+    q.set_defaults(func=cmd_watch)
+
+    q = sub.add_parser("show", help="pools' prices, ages, stale flags, $/1M tokens; feed status")
+    common(q)
+    q.set_defaults(func=cmd_show)
