@@ -1,8 +1,10 @@
 """Who is calling and may they: API keys, tenants, rate limits and budgets.
 
-Every request is admitted with ONE Redis round trip (``AccessTables.admit``: the key,
-then its tenant's RPM/TPM token buckets and spend budget, atomically, shared by every
-gateway replica), so a revoked key stops working on the next request everywhere. If
+A request is admitted with at most ONE Redis round trip (``AccessTables.admit``: the
+key, then its tenant's RPM/TPM token buckets and spend budget, atomically, shared by
+every gateway replica). Tenants with limits pay that round trip on every request; for
+tenants without limits a key's verdict is reused for ``FRESH_S`` (0.5 s), so a revoked
+key stops working everywhere within half a second. If
 Redis is unreachable, keys this replica admitted before keep working (limits are then
 not enforced) and unknown keys get a 503: a key cannot be checked without the table.
 
@@ -28,6 +30,10 @@ from router.policy import Policy, TenantSpec
 logger = logging.getLogger(__name__)
 
 DEFAULT_TENANT = "default"
+# A key of a tenant without rate limits or budget is re-checked in Redis at most this
+# often (seconds), so revocation reaches every replica well within a second while the
+# common request makes no Redis round trip at all.
+FRESH_S = 0.5
 BOOTSTRAP_KEY_ID = "bootstrap"
 
 
@@ -53,6 +59,11 @@ def bearer_digest(authorization: str | None) -> str:
     return digest_hex(token)
 
 
+def _limited(spec: TenantSpec) -> bool:
+    """Whether every request of this tenant must be admitted in Redis (shared limits)."""
+    return spec.rpm is not None or spec.tpm is not None or spec.budget_usd is not None
+
+
 def _budget_retry_after(spec: TenantSpec, now: float) -> float:
     t = datetime.fromtimestamp(now, UTC)
     if spec.budget_period == "hour":
@@ -75,6 +86,8 @@ class AccessControl:
         self.tenants: dict[str, TenantSpec] = {}
         self._bootstrap = digest_hex(bootstrap_secret) if bootstrap_secret else None
         self._admitted: dict[str, tuple[str, str, float]] = {}
+        # Recent verdicts for keys of tenants without limits: (caller, checked at, expiry).
+        self._fresh: dict[str, tuple[Caller, float, float]] = {}
         self._recompute()
 
     def _recompute(self) -> None:
@@ -120,6 +133,12 @@ class AccessControl:
         """Admit one request, charging its tenant's limits. Raises AuthenticationError,
         RateLimited, or TableError (Redis down and the key never seen here)."""
         now = time.time()
+        fresh = self._fresh.get(digest_hex)
+        if fresh is not None and now - fresh[1] < FRESH_S:
+            caller, _, expires_s = fresh
+            # Only tenants without limits are cached; a key's expiry still applies.
+            if (not expires_s or expires_s > now) and not _limited(self.tenant(caller.tenant)):
+                return caller
         try:
             verdict = await self.tables.admit(digest_hex, now, est_tokens)
         except TableError:
@@ -161,4 +180,9 @@ class AccessControl:
         if len(self._admitted) > 100_000:
             self._admitted.clear()
         self._admitted[digest_hex] = (verdict.tenant, verdict.key_id, verdict.expires_s)
-        return Caller(verdict.tenant, spec, verdict.key_id)
+        caller = Caller(verdict.tenant, spec, verdict.key_id)
+        if not _limited(spec):
+            if len(self._fresh) > 100_000:
+                self._fresh.clear()
+            self._fresh[digest_hex] = (caller, now, verdict.expires_s)
+        return caller

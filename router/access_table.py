@@ -226,7 +226,15 @@ class AccessTables:
 
     def add_usage(self, pipe: Pipeline, records: Iterable[UsageRecord]) -> None:
         """Queue usage records, roll-ups, spend and TPM corrections on ``pipe`` (the
-        flush pipeline). Additive: the caller must not queue a record twice."""
+        flush pipeline). Additive: the caller must not queue a record twice.
+
+        One stream entry per record; the roll-ups, spend and TPM corrections are summed
+        in process first, so a flush of a thousand requests of one tenant costs a few
+        dozen counter updates, not tens of thousands.
+        """
+        rollups: dict[tuple[str, str], int] = {}
+        spend: dict[str, int] = {}
+        tpm: dict[str, int] = {}
         for r in records:
             fields: dict[Any, Any] = {
                 "ts": f"{r.ts_s:.3f}", "id": r.request_id, "tenant": r.tenant, "model": r.model,
@@ -238,21 +246,32 @@ class AccessTables:
             hour = self._k("usage", r.tenant, period_ids(r.ts_s)[0])
             for group, value in (("pool", r.pool), ("model", r.model), ("region", r.region),
                                  ("provider", r.provider), ("total", "all")):  # fmt: skip
-                pipe.hincrby(hour, f"{group}|{value}|requests", 1)
-                pipe.hincrby(hour, f"{group}|{value}|prompt_tokens", r.prompt_tokens)
-                pipe.hincrby(hour, f"{group}|{value}|completion_tokens", r.completion_tokens)
-                pipe.hincrby(hour, f"{group}|{value}|cost_nusd", r.cost_nusd)
-            pipe.expire(hour, 90 * 86400)
+                for metric, amount in (("requests", 1), ("prompt_tokens", r.prompt_tokens),
+                                       ("completion_tokens", r.completion_tokens),
+                                       ("cost_nusd", r.cost_nusd)):  # fmt: skip
+                    key = (hour, f"{group}|{value}|{metric}")
+                    rollups[key] = rollups.get(key, 0) + amount
             for period in period_ids(r.ts_s):
-                spend = self._k("spend", r.tenant, period)
-                pipe.incrby(spend, r.cost_nusd)
-                pipe.expire(spend, 40 * 86400)
-            actual = r.prompt_tokens + r.completion_tokens
-            if r.est_tokens and actual != r.est_tokens:
+                skey = self._k("spend", r.tenant, period)
+                spend[skey] = spend.get(skey, 0) + r.cost_nusd
+            if r.est_tokens:
                 # TPM was charged on an estimate at admission; give back (or take) the difference.
-                pipe.hincrbyfloat(
-                    self._k("bucket", r.tenant, "tpm"), "tokens", r.est_tokens - actual
+                tpm[r.tenant] = (
+                    tpm.get(r.tenant, 0) + r.est_tokens - (r.prompt_tokens + r.completion_tokens)
                 )
+        for (hour, field_name), amount in rollups.items():
+            pipe.hincrby(hour, field_name, amount)
+        for hour in {h for h, _ in rollups}:
+            pipe.expire(hour, 90 * 86400)
+        for skey, amount in spend.items():
+            pipe.incrby(skey, amount)
+            pipe.expire(skey, 40 * 86400)
+        for tenant, delta in tpm.items():
+            if delta:
+                # EVAL, not EVALSHA: this runs once per tenant per flush, inside a
+                # synchronous pipeline build, and must not depend on the script cache.
+                bucket, limits = self._k("bucket", tenant, "tpm"), self._k("limits", tenant)
+                pipe.eval(table_scripts.TPM_CORRECT_LUA, 2, bucket, limits, delta)
 
     async def usage(
         self, tenant: str, from_s: float, to_s: float, group_by: str

@@ -82,15 +82,16 @@ if revoked == '1' then return {2, tenant, 0, key_id, expires} end
 if expires > 0 and expires * 1000 <= now then return {3, tenant, 0, key_id, expires} end
 local lim = redis.call(
   'HMGET', prefix .. ':limits:' .. tenant, 'rpm', 'tpm', 'budget_nusd', 'period')
-local function bucket(name, limit, cost)
+local function bucket(name, limit, cost, need)
   local k = prefix .. ':bucket:' .. tenant .. ':' .. name
   local st = redis.call('HMGET', k, 'tokens', 'ts')
   local rate = limit / 60000.0
   local tokens = tonumber(st[1] or limit)
   local ts = tonumber(st[2] or now)
   tokens = math.min(limit, tokens + (now - ts) * rate)
-  if tokens < cost then
-    return math.ceil((cost - tokens) / rate), tokens, k
+  need = need or cost
+  if tokens < need then
+    return math.ceil((need - tokens) / rate), tokens, k
   end
   return 0, tokens - cost, k
 end
@@ -102,7 +103,9 @@ if lim[1] then
 end
 if lim[2] then
   local limit = tonumber(lim[2])
-  local wait, left, k = bucket('tpm', limit, math.min(est, limit))
+  -- A request larger than the whole limit may start when the bucket is full; the bucket
+  -- then goes into debt by the full estimate, which the refill pays back.
+  local wait, left, k = bucket('tpm', limit, est, math.min(est, limit))
   if wait > 0 then return {5, tenant, wait, key_id, expires} end
   table.insert(writes, {k, left})
 end
@@ -117,4 +120,17 @@ for _, w in ipairs(writes) do
   redis.call('PEXPIRE', w[1], 120000)
 end
 return {0, tenant, 0, key_id, expires}
+"""
+
+# Correct a TPM bucket by the difference between what admission charged (an estimate)
+# and what the requests used. A bucket that has expired meanwhile is left alone: it is
+# full again, and recreating it from the correction alone would empty it.
+# KEYS[1] = bucket, KEYS[2] = limits; ARGV[1] = tokens to give back (negative: take).
+TPM_CORRECT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local t = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0') + tonumber(ARGV[1])
+local limit = tonumber(redis.call('HGET', KEYS[2], 'tpm') or '0')
+if limit > 0 and t > limit then t = limit end
+redis.call('HSET', KEYS[1], 'tokens', t)
+return 1
 """
