@@ -30,6 +30,19 @@ from router.errors import TableError
 logger = logging.getLogger(__name__)
 
 
+async def _stop(tasks: list[asyncio.Task[None]]) -> None:
+    # Cancel, and cancel again: on Python 3.11 asyncio.wait_for (inside redis-py) can
+    # swallow a cancellation that lands as its inner call completes.
+    pending = set(tasks)
+    for _ in range(10):
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.5)
+        if not pending:
+            return
+    logger.error("background tasks did not stop: %s", [t.get_name() for t in pending])
+
+
 def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> FastAPI:
     """The ASGI app for ``settings``. Background loops run for the app's lifespan.
     ``tracing`` overrides the ``OTEL_*`` environment (tests pass an in-memory one)."""
@@ -63,9 +76,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             yield
         finally:
             gw.draining = True
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _stop(tasks)
             # The last usage records and counters go out before the process does.
             with contextlib.suppress(TableError):
                 await gw.sync.flush_once()

@@ -14,6 +14,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.tracing import NOOP, ChildSpan, RequestTrace
 from gateway.usage import UsageLog
 from router.access_table import NANO, UsageRecord
+from router.errors import UpstreamError
 from router.policy import PoolSpec
 from router.scoring import RouteRequest
 
@@ -146,7 +147,7 @@ class RequestFinisher:
                 ),
             }
         )
-        ctx.trace.end()
+        ctx.trace.end(None if status == "ok" else UpstreamError(status))
         self.usage.record(
             UsageRecord(
                 ts_s=now,

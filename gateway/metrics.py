@@ -86,9 +86,8 @@ class GatewayMetrics:
         self.redis_up = Gauge(
             "skyroute_redis_up", "1 if the last Redis operation succeeded.", registry=r
         )
-        self.redis_errors = Gauge(
-            "skyroute_redis_errors", "Failed Redis operations since start (monotonic).", registry=r
-        )
+        self.redis_errors = Counter("skyroute_redis_errors", "Failed Redis operations.", registry=r)
+        self._redis_errors_seen = 0
         self.pool_transitions = Counter(
             "skyroute_pool_transitions_total",
             "Health state transitions applied by this replica.",
@@ -139,6 +138,12 @@ class GatewayMetrics:
         self.slo_requests.labels(route.model, route.slo_class, "true" if slo_met else "false").inc()
         if slo_met:
             self.goodput_tokens.labels(route.model).inc(output_tokens)
+
+    def sync_redis_errors(self, total: int) -> None:
+        """Bring the Redis error counter up to ``total`` (counted by the sync loops)."""
+        if total > self._redis_errors_seen:
+            self.redis_errors.inc(total - self._redis_errors_seen)
+            self._redis_errors_seen = total
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -6,6 +6,7 @@ Handlers take the raw ``Request`` and parse the body themselves (see
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -17,7 +18,7 @@ from starlette.routing import Route
 
 from gateway.access import Caller, bearer_digest
 from gateway.context import Gateway
-from gateway.finish import RequestContext
+from gateway.finish import RequestContext, access_log
 from gateway.openai_request import Operation, ParsedRequest, parse_request
 from gateway.tracing import NOOP
 from router.errors import (
@@ -130,6 +131,19 @@ def openai_routes(gw: Gateway) -> list[Route]:
     OpenAPI document describes them through ``gateway.openapi_schemas``.
     """
 
+    def refused(request: Request, exc: SkyrouteError, received: float) -> None:
+        # A request refused before routing still gets its metric and its access line.
+        code = getattr(exc, "code", None) or type(exc).__name__
+        gw.metrics.rejected.labels(code=code).inc()
+        if access_log.isEnabledFor(logging.INFO):
+            fields = {
+                "request_id": (request.headers.get("x-request-id") or "")[:128] or None,
+                "status": code,
+                "http_status": getattr(exc, "status", 500),
+                "latency_ms": round((time.perf_counter() - received) * 1000.0, 3),
+            }
+            access_log.info("request", extra={"fields": fields})
+
     async def handle(request: Request, operation: Operation, path: str) -> Response:
         received = time.perf_counter()
         trace = gw.tracing.start(
@@ -161,6 +175,7 @@ def openai_routes(gw: Gateway) -> list[Route]:
             )
         except SkyrouteError as exc:
             trace.end(exc)
+            refused(request, exc, received)
             raise
         request_id = (request.headers.get("x-request-id") or uuid.uuid4().hex)[:128]
         upstream_headers = {"content-type": "application/json", "x-request-id": request_id}

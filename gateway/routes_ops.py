@@ -49,7 +49,7 @@ def ops_router(gw: Gateway) -> APIRouter:
         age = gw.state.snapshot_age_s()
         m.snapshot_age.set(age if age != float("inf") else -1)
         m.redis_up.set(1 if gw.state.redis_ok else 0)
-        m.redis_errors.set(gw.sync.redis_errors)
+        m.sync_redis_errors(gw.sync.redis_errors)
         for pid, n in gw.state.inflight.items():
             m.inflight.labels(pid).set(n)
         for pid, row in gw.state.snapshot.rows.items():

@@ -1,28 +1,37 @@
 """Gateway overhead benchmark: the same simulated engine driven directly and through one
 gateway worker, non-streaming and streaming, closed and open loop. Prints numbers only.
 
-    python loadtests/bench_overhead.py [--quick] [--json out.json]
+    python loadtests/bench_overhead.py [--quick] [--tracing] [--json out.json]
 
 Everything runs on 127.0.0.1: one engine at ``--time-scale 0`` (answers at once, so the
 gateway's own cost dominates), Redis (``SKYROUTE_REDIS_URL`` or an embedded one) and one
 ``skyroute serve`` worker whose policy has 6 pools on aws/gcp/azure, all on that engine.
+
+``--tracing`` turns the gateway's OpenTelemetry traces on, exported through the standard
+``OTEL_*`` variables by OTLP/HTTP (protobuf) to a sink process started here, which
+counts the spans it receives; compare its table with one from a run without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
+import multiprocessing
 import os
 import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import aiohttp
 import numpy as np
@@ -128,6 +137,72 @@ def wait_http(url: str, deadline_s: float, proc: subprocess.Popen[bytes], want: 
             pass
         time.sleep(0.1)
     raise RuntimeError(f"{url} not ready within {deadline_s:.0f} s")
+
+
+class _OtlpSinkHandler(BaseHTTPRequestHandler):
+    """Takes OTLP/HTTP protobuf trace exports and counts them; ``GET /stats`` reports."""
+
+    protocol_version = "HTTP/1.1"
+    stats: ClassVar[dict[str, int]] = {"spans": 0, "exports": 0, "bytes": 0, "bad": 0}
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+    def _reply(self, status: int, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        with self.lock:
+            body = json.dumps(self.stats).encode()
+        self._reply(200, body, "application/json")
+
+    def do_POST(self) -> None:
+        from opentelemetry.proto.collector.trace.v1 import (  # noqa: PLC0415 - sink only
+            trace_service_pb2 as pb,
+        )
+
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        size = len(body)
+        if self.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        try:
+            export = pb.ExportTraceServiceRequest.FromString(body)
+        except ValueError:
+            with self.lock:
+                self.stats["bad"] += 1
+            self._reply(400, b"", "application/x-protobuf")
+            return
+        spans = sum(len(scope.spans) for rs in export.resource_spans for scope in rs.scope_spans)
+        with self.lock:
+            self.stats["bytes"] += size
+            self.stats["exports"] += 1
+            self.stats["spans"] += spans
+        ok = pb.ExportTraceServiceResponse().SerializeToString()
+        self._reply(200 if self.path == "/v1/traces" else 404, ok, "application/x-protobuf")
+
+
+def serve_otlp_sink(port: int) -> None:
+    """Run the OTLP/HTTP sink on 127.0.0.1:``port`` until terminated (own process, so
+    its CPU is not charged to the load generator)."""
+    ThreadingHTTPServer(("127.0.0.1", port), _OtlpSinkHandler).serve_forever()
+
+
+def http_text(url: str, headers: dict[str, str] | None = None) -> str:
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def finished_requests(gw_url: str, admin_token: str) -> int:
+    """Requests the gateway has finished (warm-ups included), from its /metrics."""
+    text = http_text(gw_url + "/metrics", {"authorization": f"Bearer {admin_token}"})
+    return round(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith("skyroute_requests_total{")))  # fmt: skip
 
 
 def cpu_s(proc: psutil.Process) -> float:
@@ -316,6 +391,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, help="closed-loop concurrency (64; quick 16)")
     parser.add_argument("--duration", type=float, help="seconds per phase (10; quick 2)")
     parser.add_argument("--rate", type=float, help="open-loop req/s (100; quick 50)")
+    parser.add_argument(
+        "--tracing", action="store_true", help="gateway traces on, by OTLP/HTTP to a local sink"
+    )
     args = parser.parse_args()
     args.concurrency = args.concurrency or (16 if args.quick else 64)
     args.duration = args.duration or (2.0 if args.quick else 10.0)
@@ -323,6 +401,7 @@ def main() -> None:
     args.warmup = 1.0 if args.quick else 2.0
 
     procs: list[subprocess.Popen[bytes]] = []
+    sink: multiprocessing.process.BaseProcess | None = None
     redis: EmbeddedRedis | None = None
     tmp = tempfile.TemporaryDirectory(prefix="skyroute-bench-")
     try:
@@ -335,18 +414,34 @@ def main() -> None:
         policy = Path(tmp.name) / "bench-policy.yaml"
         write_policy(policy, engine_url)
         api_key = f"sk-bench-{secrets.token_urlsafe(16)}"
+        admin_token = f"sk-adm-{secrets.token_urlsafe(16)}"
         env = {
             **os.environ, "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(gw_port),
             "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_API_KEY": api_key,
-            "SKYROUTE_ADMIN_TOKEN": f"sk-adm-{secrets.token_urlsafe(16)}",
+            "SKYROUTE_ADMIN_TOKEN": admin_token,
             "SKYROUTE_POLICY": str(policy), "SKYROUTE_LOG_LEVEL": "WARNING",
             "SKYROUTE_REDIS_PREFIX": f"bench{secrets.token_hex(4)}",
+            "OTEL_TRACES_EXPORTER": "none",
         }  # fmt: skip
+        sink_url = ""
+        if args.tracing:
+            sink_port = free_port()
+            sink_url = f"http://127.0.0.1:{sink_port}"
+            sink = multiprocessing.get_context("spawn").Process(
+                target=serve_otlp_sink, args=(sink_port,), name="otlp-sink", daemon=True
+            )
+            sink.start()
+            env.update({"OTEL_TRACES_EXPORTER": "otlp",
+                        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink_url + "/v1/traces",
+                        "OTEL_SERVICE_NAME": "skyroute-bench"})  # fmt: skip
         engine_cmd = [sys.executable, "-m", "adapters.engine", "--port", str(engine_port),
                       "--profile", PROFILE, "--model", UPSTREAM_MODEL, "--time-scale", "0",
                       "--log-level", "WARNING"]  # fmt: skip
         procs.append(subprocess.Popen(engine_cmd, cwd=ROOT, env=env))
         wait_http(engine_url + "/health", 30, procs[-1], b"")
+        if sink is not None:
+            wait_http(sink_url + "/stats", 30, procs[-1], b"spans")
         gw_cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
         procs.append(subprocess.Popen(gw_cmd, cwd=ROOT, env=env))
         wait_http(gw_url + "/readyz", 30, procs[-1], b'"ready"')
@@ -356,14 +451,35 @@ def main() -> None:
         idle = round((cpu_s(gateway) - g0) * 1000 / args.warmup, 1)
         print(f"engine {engine_url} (pid {engine.pid}), gateway {gw_url} (pid {gateway.pid}), "
               f"redis {redis_url}; concurrency {args.concurrency}, {args.duration:g} s/phase, "
-              f"open loop {args.rate:g} req/s", flush=True)  # fmt: skip
+              f"open loop {args.rate:g} req/s; tracing "
+              + (f"ON (OTLP/HTTP protobuf to {sink_url}/v1/traces)" if args.tracing else "off"),
+              flush=True)  # fmt: skip
         results = uvloop.run(run_all(args, engine_url, gw_url, api_key, gateway, engine))
         rss_mb = gateway.memory_info().rss / 2**20
+        tracing: dict[str, float] | None = None
+        if args.tracing:
+            requests = finished_requests(gw_url, admin_token)
+            # Stop the gateway first: its exporter flushes the last batch on shutdown.
+            procs[1].terminate()
+            procs[1].wait(timeout=60)
+            sink_stats = json.loads(http_text(sink_url + "/stats"))
+            per_request = round(sink_stats["spans"] / max(requests, 1), 3)
+            tracing = {**sink_stats, "requests": requests, "spans_per_request": per_request}
         warnings = report(args, results, rss_mb, idle)
+        if tracing is not None:
+            print(f"tracing: {tracing['spans']} spans in {tracing['exports']} OTLP exports "
+                  f"({tracing['bytes'] / 2**20:.1f} MB) for {tracing['requests']} gateway requests "
+                  f"(warm-ups included): {tracing['spans_per_request']} spans/request "
+                  "(4 expected: server, admission, route, upstream)")  # fmt: skip
+            if tracing["spans"] < 4 * tracing["requests"] or tracing["bad"]:
+                warnings.append(f"WARNING: the sink got {tracing['spans']} spans for "
+                                f"{tracing['requests']} requests ({tracing['bad']} bad exports): "
+                                "spans were dropped")  # fmt: skip
+                print(warnings[-1])
         if args.json:
             out = {"config": {k: v for k, v in vars(args).items() if k != "json"},
                    "targets": TARGETS, "gateway_rss_mb": round(rss_mb, 1),
-                   "gateway_idle_cpu_ms_per_s": idle,
+                   "gateway_idle_cpu_ms_per_s": idle, "tracing": tracing,
                    "warnings": warnings, "results": [asdict(r) for r in results]}  # fmt: skip
             args.json.write_text(json.dumps(out, indent=2))
     finally:
@@ -376,6 +492,9 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if sink is not None:
+            sink.terminate()
+            sink.join(10)
         if redis is not None:
             redis.stop()
         tmp.cleanup()

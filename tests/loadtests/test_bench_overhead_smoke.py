@@ -9,23 +9,31 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = {"closed_nonstream", "closed_stream", "open_nonstream", "open_stream"}
 
 
-def test_quick_benchmark_runs_without_errors(tmp_path: Path) -> None:
+def run_quick(tmp_path: Path, *extra: str) -> dict[str, Any]:
+    """Run ``bench_overhead.py --quick`` and return its JSON output."""
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "loadtests" / "bench_overhead.py"), "--quick", "--json", out],
+        [sys.executable, str(ROOT / "loadtests" / "bench_overhead.py"), "--quick", "--json", out,
+         *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    data = json.loads(out.read_text())
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+def test_quick_benchmark_runs_without_errors(tmp_path: Path) -> None:
+    data = run_quick(tmp_path)
     results = data["results"]
     seen = {(r["scenario"], r["target"]) for r in results}
     assert seen == {(s, t) for s in SCENARIOS for t in ("direct", "gateway")}
@@ -37,3 +45,14 @@ def test_quick_benchmark_runs_without_errors(tmp_path: Path) -> None:
             assert r["gw_cpu_ms_per_req"] is not None
             assert sum(r["pools"].values()) == r["requests"] + r["errors"]
             assert "?" not in r["pools"], "a response without x-skyroute-pool"
+    assert data["tracing"] is None
+
+
+def test_quick_benchmark_with_tracing_exports_spans_to_its_sink(tmp_path: Path) -> None:
+    data = run_quick(tmp_path, "--tracing")
+    assert all(r["errors"] == 0 for r in data["results"])
+    tracing = data["tracing"]
+    assert tracing["requests"] > 0
+    assert tracing["bad"] == 0
+    # Every finished request has at least its server span in the sink.
+    assert tracing["spans"] >= tracing["requests"]
