@@ -1,0 +1,98 @@
+"""CI smoke of loadtests/locustfile.py: 20 seconds headless against the real demo.
+
+The demo (embedded Redis, 9 simulated engines on ports 9101-9109, the gateway) runs with
+real engine timings; locust sends trace-shaped streamed and non-streamed requests across
+SLO classes. A second short run replays the trace with unmeetable targets, which must fail
+the run. Timings are not asserted, only that the runs work end to end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from skyroute.embedded_redis import free_port
+from tests.gateway.harness import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-locust-smoke-0123456789abcdef"
+DEMO_ENGINE_PORTS = range(9101, 9110)
+
+
+def _port_busy(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running ``skyroute demo``; yields its base URL."""
+    deadline = time.monotonic() + 60
+    while any(_port_busy(p) for p in DEMO_ENGINE_PORTS):  # another demo is still stopping
+        assert time.monotonic() < deadline, "demo engine ports 9101-9109 stay busy"
+        time.sleep(1)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYROUTE_")}
+    env |= {"SKYROUTE_API_KEY": KEY, "SKYROUTE_PORT": str(port)}
+    log_path = tmp_path_factory.mktemp("demo") / "demo.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from skyroute.cli import main; main()", "demo"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_until(f"http://127.0.0.1:{port}/readyz", timeout_s=60)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def locust(host: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKYROUTE_", "LOCUST_"))}
+    env["SKYROUTE_API_KEY"] = KEY
+    cmd = [sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--headless",
+           "--host", host, "--model", "llama-3.1-8b,llama-3.1-70b", "--max-output-tokens", "200",
+           "--seed", "7", *args]  # fmt: skip
+    return subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def test_locust_smoke_against_the_demo_passes_and_prints_the_summary(demo: str) -> None:
+    run = locust(demo, "-u", "6", "-r", "6", "-t", "20s", "--slo-threshold", "0.5")
+    out = run.stdout
+    assert run.returncode == 0, f"stdout:\n{out}\nstderr:\n{run.stderr[-3000:]}"
+    assert "=== skyroute load test summary ===" in out
+    for cls in ("interactive", "standard", "batch"):
+        assert f"\n  {cls} " in out, f"no attainment row for {cls}"
+    assert "Traffic share by provider and region" in out
+    shares = out.split("Traffic share by provider and region", 1)[1]
+    assert any(f"\n  {p} " in shares for p in ("aws", "gcp", "azure")), shares
+    assert "RESULT: PASS" in out
+    # Streams get their own TTFT entries in locust's table, apart from the total time.
+    assert "TTFT     chat interactive" in run.stderr
+    assert "POST     chat interactive stream" in run.stderr
+    assert "POST     chat interactive nonstream" in run.stderr
+
+
+def test_trace_replay_below_the_attainment_threshold_exits_non_zero(demo: str) -> None:
+    run = locust(demo, "-t", "8s", "--trace-replay", "--replay-speedup", "4",
+                 "--slo-targets", "interactive=1/1,standard=1/1,batch=1/1",
+                 "--slo-threshold", "0.9", "--only-summary")  # fmt: skip
+    out = run.stdout
+    assert run.returncode == 1, f"stdout:\n{out}\nstderr:\n{run.stderr[-3000:]}"
+    assert "Trace replay x4:" in out
+    assert "RESULT: FAIL: SLO attainment below 90.0%" in out
