@@ -71,7 +71,8 @@ def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
 def _post(summary: str, body: dict[str, Any], streams: bool) -> dict[str, Any]:
     content: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
     if streams:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+        # Server-sent events: no JSON schema describes the byte stream itself.
+        content["text/event-stream"] = {}
     ok = {"description": "Routed response, with x-skyroute-* headers", "content": content}
     return {
         "post": {

@@ -391,7 +391,7 @@ class Forwarder:
                 ttft_ms = (watch.first_at - started) * 1000.0
                 self.state.observe(pool_id, ok=True, ttft_ms=ttft_ms, tpot_ms=watch.tpot_ms())
                 self.state.outlier.on_success(pool_id, time.time())
-            if status == "200" and not completed:
+            if status == "200" and not completed and not watch.done:
                 status = "client_disconnected"
             attempt.span.end(
                 None if status in ("200", "client_disconnected") else UpstreamStreamError(status)

@@ -22,6 +22,8 @@ from router.errors import InvalidRequest, ModelNotFound
 from router.policy import TenantSpec
 
 GROUPS = ("pool", "model", "region", "provider", "total")
+# Year 5138: far enough for any query, near enough for datetime to represent.
+MAX_TIME_S = 1e11
 
 
 class NewKey(BaseModel):
@@ -138,6 +140,11 @@ def tenants_router(gw: Gateway) -> APIRouter:
         authorize(request)
         if group_by not in GROUPS:
             raise InvalidRequest(f"group_by must be one of {GROUPS}", param="group_by")
+        for name, value in (("from_s", from_s), ("to_s", to_s)):
+            if value is not None and not 0 <= value <= MAX_TIME_S:
+                raise InvalidRequest(
+                    f"{name} must be unix seconds in [0, {MAX_TIME_S:.0f}]", param=name
+                )
         end = to_s if to_s is not None else time.time() + 1
         start = from_s if from_s is not None else end - 86400
         groups = await gw.access.tables.usage(tenant, start, end, group_by)

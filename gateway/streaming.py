@@ -29,6 +29,7 @@ class StreamWatch:
     error: str | None = None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
+    done: bool = False
     _partial: bytes = field(default=b"", repr=False)
 
     def feed(self, chunk: bytes, now: float) -> None:
@@ -42,6 +43,8 @@ class StreamWatch:
             if not line.startswith(b"data:"):
                 continue
             self.events += 1
+            if line.startswith(b"data: [DONE]"):
+                self.done = True
             if any(k in line for k in _USAGE_KEYS) or any(k in line for k in _ERROR_KEYS):
                 self._parse(line[5:].strip())
 

@@ -32,7 +32,8 @@ class JsonFormatter(logging.Formatter):
         }
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
-            out.update(fields)
+            # Structured fields can carry client-sent values (a request id): mask them too.
+            out.update({k: redact(v) if isinstance(v, str) else v for k, v in fields.items()})
         if record.exc_info:
             out["exc"] = redact(self.formatException(record.exc_info))
         return orjson.dumps(out).decode()

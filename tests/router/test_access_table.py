@@ -146,7 +146,7 @@ def test_rpm_admits_the_limit_then_refuses_with_the_wait_for_one_token(
     async def body(tables: AccessTables, _: Redis) -> list[tuple[int, float]]:
         await setup(tables, rpm=3)
         out = []
-        for _ in range(4):
+        for _n in range(4):
             verdict = await tables.admit(DIGEST, NOW, 1)
             out.append((verdict.code, verdict.retry_after_s))
         return out
@@ -158,7 +158,7 @@ def test_rpm_admits_the_limit_then_refuses_with_the_wait_for_one_token(
 def test_rpm_bucket_refills_at_the_limit_per_minute(live_redis: RedisTarget) -> None:
     async def body(tables: AccessTables, _: Redis) -> list[int]:
         await setup(tables, rpm=3)
-        for _ in range(3):
+        for _n in range(3):
             await tables.admit(DIGEST, NOW, 1)
         return [
             (await tables.admit(DIGEST, NOW + 19.9, 1)).code,
@@ -173,7 +173,7 @@ def test_tpm_charges_the_estimate_and_refuses_what_does_not_fit(live_redis: Redi
     async def body(tables: AccessTables, _: Redis) -> list[tuple[int, float]]:
         await setup(tables, tpm=100)
         out = []
-        for _ in range(2):
+        for _n in range(2):
             verdict = await tables.admit(DIGEST, NOW, 60)
             out.append((verdict.code, verdict.retry_after_s))
         return out
@@ -197,7 +197,7 @@ def test_a_tpm_refusal_does_not_charge_the_rpm_bucket(live_redis: RedisTarget) -
 def test_a_tenant_without_limits_is_always_admitted(live_redis: RedisTarget) -> None:
     async def body(tables: AccessTables, _: Redis) -> set[int]:
         await setup(tables)
-        return {(await tables.admit(DIGEST, NOW, 10_000)).code for _ in range(50)}
+        return {(await tables.admit(DIGEST, NOW, 10_000)).code for _n in range(50)}
 
     assert run(live_redis, body) == {AdmitCode.OK}
 
@@ -300,7 +300,7 @@ def test_a_budget_counts_only_the_spend_of_its_period(
 
 
 def test_budgets_are_written_in_nano_usd(live_redis: RedisTarget) -> None:
-    async def body(tables: AccessTables, redis: Redis) -> bytes | None:
+    async def body(tables: AccessTables, redis: Redis) -> Any:
         await setup(tables, budget_usd=1.25)
         return await redis.hget(f"{live_redis.prefix}:limits:{TENANT}", "budget_nusd")
 
@@ -377,7 +377,7 @@ def test_usage_covers_only_the_hours_asked_for(live_redis: RedisTarget) -> None:
 
 
 def test_spend_accumulates_in_every_period_of_a_record(live_redis: RedisTarget) -> None:
-    async def body(tables: AccessTables, redis: Redis) -> list[bytes | None]:
+    async def body(tables: AccessTables, redis: Redis) -> list[Any]:
         await add(tables, redis, [record(cost_nusd=40), record(cost_nusd=2)])
         return [await redis.get(f"{live_redis.prefix}:spend:{TENANT}:{p}") for p in period_ids(NOW)]
 
