@@ -51,7 +51,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         upstream = UpstreamClient()
-        gw.forwarder = Forwarder(gw.state, upstream, gw.metrics, gw.usage)
+        gw.forwarder = Forwarder(gw.state, upstream, gw.metrics, gw.usage, gw.demand)
         with contextlib.suppress(Exception):
             await gw.sync.refresh_once()
             gw.state.redis_ok = True

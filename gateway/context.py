@@ -21,8 +21,9 @@ from gateway.settings import GatewaySettings
 from gateway.sync import TableSync
 from gateway.tracing import Tracing
 from gateway.usage import UsageLog
-from router.access_table import AccessTables
+from router.access_table import AccessTables, UsageRecord
 from router.compiled import CompiledPolicy
+from router.demand_table import DemandRecord, DemandTables
 from router.tables import LiveTables
 
 
@@ -39,7 +40,8 @@ class Gateway:
     sync: TableSync
     health: HealthMonitor
     access: AccessControl
-    usage: UsageLog
+    usage: UsageLog[UsageRecord]
+    demand: UsageLog[DemandRecord]
     tracing: Tracing
     forwarder: Forwarder | None = None
     draining: bool = False
@@ -63,12 +65,15 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
     )
     tables = LiveTables(redis, prefix=settings.redis_prefix)
     access_tables = AccessTables(redis, prefix=settings.redis_prefix)
-    usage = UsageLog()
+    usage: UsageLog[UsageRecord] = UsageLog()
+    demand: UsageLog[DemandRecord] = UsageLog()
     sync = TableSync(
         state,
         tables,
         access_tables,
         usage,
+        DemandTables(redis, prefix=settings.redis_prefix),
+        demand,
         settings.replica_id,
         refresh_interval_s=settings.snapshot_interval_ms / 1000,
         flush_interval_s=settings.flush_interval_ms / 1000,
@@ -98,5 +103,6 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         health=HealthMonitor(state, tables, metrics),
         access=access,
         usage=usage,
+        demand=demand,
         tracing=tracing if tracing is not None else Tracing.from_env(),
     )

@@ -1,7 +1,7 @@
-"""Where every request ends, whatever happened to it: one usage record, one decision
-in the dashboard's log, one access-log line, the request metrics and SLO attainment,
-and the end of its trace. Keeping it in one place is what makes the usage records
-reconcile with the metrics and the logs."""
+"""Where every request ends, whatever happened to it: one usage record, one demand
+record for the autoscaler, one decision in the dashboard's log, one access-log line, the
+request metrics and SLO attainment, and the end of its trace. Keeping it in one place is
+what makes the usage records reconcile with the metrics and the logs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.tracing import NOOP, ChildSpan, RequestTrace
 from gateway.usage import UsageLog
 from router.access_table import NANO, UsageRecord
+from router.demand_table import DemandRecord
 from router.errors import UpstreamError
 from router.policy import PoolSpec
 from router.scoring import RouteRequest
@@ -56,8 +57,15 @@ class Attempt:
 class RequestFinisher:
     """Records the end of each request exactly once."""
 
-    def __init__(self, usage: UsageLog, decisions: DecisionLog, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self,
+        usage: UsageLog[UsageRecord],
+        demand: UsageLog[DemandRecord],
+        decisions: DecisionLog,
+        metrics: GatewayMetrics,
+    ) -> None:
         self.usage = usage
+        self.demand = demand
         self.decisions = decisions
         self.metrics = metrics
 
@@ -148,6 +156,10 @@ class RequestFinisher:
             }
         )
         ctx.trace.end(None if status == "ok" else UpstreamError(status))
+        # Demand for the autoscaler: a failed request still counts, with the output it
+        # asked for, so a capacity shortfall does not hide the demand behind it.
+        output = completion if status == "ok" else max(ctx.est_tokens - route.prompt_tokens, 0)
+        self.demand.record(DemandRecord(now, route.model, route.client_region, prompt, output, met))
         self.usage.record(
             UsageRecord(
                 ts_s=now,

@@ -26,6 +26,8 @@ from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
 from gateway.tracing import NOOP, ChildSpan
 from gateway.usage import UsageLog
+from router.access_table import UsageRecord
+from router.demand_table import DemandRecord
 from router.errors import (
     NoFeasiblePool,
     RoutingError,
@@ -74,12 +76,13 @@ class Forwarder:
         state: RoutingState,
         upstream: UpstreamClient,
         metrics: GatewayMetrics,
-        usage: UsageLog,
+        usage: UsageLog[UsageRecord],
+        demand: UsageLog[DemandRecord],
     ) -> None:
         self.state = state
         self.upstream = upstream
         self.metrics = metrics
-        self.finisher = RequestFinisher(usage, DecisionLog(), metrics)
+        self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics)
         self._rr: dict[str, int] = {}
         routing = state.policy.policy.routing
         self.retry_budget = RetryBudget(

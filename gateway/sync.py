@@ -19,11 +19,13 @@ import logging
 import time
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from gateway.routing_state import RoutingState
 from gateway.usage import UsageLog
-from router.access_table import AccessTables
+from router.access_table import AccessTables, UsageRecord
+from router.demand_table import DemandRecord, DemandTables
 from router.errors import TableError
 from router.tables import LiveTables
 
@@ -40,7 +42,9 @@ class TableSync:
         state: RoutingState,
         tables: LiveTables,
         access_tables: AccessTables,
-        usage: UsageLog,
+        usage: UsageLog[UsageRecord],
+        demand_tables: DemandTables,
+        demand: UsageLog[DemandRecord],
         replica_id: str,
         *,
         refresh_interval_s: float,
@@ -51,6 +55,8 @@ class TableSync:
         self.tables = tables
         self.access_tables = access_tables
         self.usage = usage
+        self.demand_tables = demand_tables
+        self.demand = demand
         self.replica_id = replica_id
         self.refresh_interval_s = refresh_interval_s
         self.flush_interval_s = flush_interval_s
@@ -86,6 +92,12 @@ class TableSync:
         """Write in-flight counts, observations and usage records. Raises TableError."""
         pending = self.state.take_pending()
         records = self.usage.take()
+        demand = self.demand.take()
+
+        def extra(pipe: Pipeline) -> None:
+            self.access_tables.add_usage(pipe, records)
+            self.demand_tables.add(pipe, demand)
+
         try:
             await self.tables.flush(
                 self.replica_id,
@@ -93,9 +105,7 @@ class TableSync:
                 inflight=dict(self.state.inflight),
                 inflight_ttl_ms=self.replica_ttl_ms,
                 observations=pending,
-                extra=(lambda pipe: self.access_tables.add_usage(pipe, records))
-                if records
-                else None,
+                extra=extra if records or demand else None,
             )
         except TableError:
             # Observations are statistics: dropping a batch during an outage only makes
@@ -103,6 +113,8 @@ class TableSync:
             self.dropped_observations += sum(o.ok + o.errors for o in pending.values())
             # Usage records are money: they wait for the next flush.
             self.usage.give_back(records)
+            # Demand too: dropping it would make an outage look like no demand at all.
+            self.demand.give_back(demand)
             raise
 
     async def refresh(self) -> None:

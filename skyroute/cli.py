@@ -92,6 +92,7 @@ PLUGIN_COMMANDS: tuple[str, ...] = (
     "skyroute.pools_cmd",
     "skyroute.access_cmd",
     "skyroute.prices_cmd",
+    "skyroute.autoscale_cmd",
     "skyroute.sim.cli",
 )
 

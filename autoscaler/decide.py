@@ -1,0 +1,255 @@
+"""``decide()``: from demand history, pool status, prices and policy to a plan. Pure.
+
+Each cycle:
+
+1. forecast every (model, client region) over the horizon (``autoscaler.demand``);
+2. correct each pool's goodput from what it measured while the SLO held;
+3. recommend the cheapest mix for the forecast plus a margin (``autoscaler.milp``),
+   and remember it for the stabilisation window;
+4. plan the cheapest mix within this cycle's bounds: up by at most ``max_step``; down
+   only after the cooldown, with a reliable forecast, no lower than any recommendation
+   in the window, and by at most ``max_step``. If the budget leaves no solution the
+   bounds give way in that order (named in ``Plan.relaxed``);
+5. make before break: a model's scale-down waits while its ready replicas after it
+   would not cover the demand until the next cycle.
+
+No I/O and no clock: the time is ``history.now_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoscaler.config import ScalerConfig
+from autoscaler.demand import DemandHistory, LineForecast, forecast_lines
+from autoscaler.fleet import Fleet, PoolStatus, build_fleet
+from autoscaler.milp import MixProblem, MixSolution, solve_mix
+from autoscaler.plan import DemandLine, Plan
+from autoscaler.reasons import explain
+from autoscaler.state import ScalerState
+from router.policy import Policy
+from router.types import BoolArray, FloatArray, IntArray
+
+__all__ = ["DEFAULT_CONFIG", "Bounds", "decide"]
+
+DEFAULT_CONFIG = ScalerConfig()
+
+
+@dataclass(frozen=True, eq=False)
+class Bounds:
+    """This cycle's limits per pool: ``stable`` is the largest recommendation in the
+    stabilisation window, ``cooling`` marks pools that may not shrink now (cooldown or
+    an unreliable forecast), ``up`` the most a pool may grow to."""
+
+    up: IntArray
+    stable: IntArray
+    cooling: BoolArray
+    recommendations: Mapping[str, list[tuple[float, int]]]
+
+
+def _feasible(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> BoolArray:
+    """[pool, line]: the pool serves the line's model, may serve its client region, and
+    its RTT plus prefill of the line's mean prompt fit the TTFT target (with the
+    router's SLO margin)."""
+    keep = 1.0 - policy.routing.slo_headroom
+    out = np.zeros((fleet.size, len(lines)), dtype=np.bool_)
+    for j, line in enumerate(lines):
+        rtt = policy.client_regions[line.client_region].rtt_ms
+        for i, s in enumerate(fleet.specs):
+            if s.model != line.model or s.location not in rtt:
+                continue
+            slo = policy.slo_classes[policy.models[s.model].default_slo]
+            prefill_ms = line.prompt_tokens * 1000.0 / s.goodput.prefill_tokens_per_s
+            out[i, j] = rtt[s.location] + prefill_ms <= slo.ttft_ms * keep
+    return out
+
+
+def _problem(
+    fleet: Fleet,
+    lines: Sequence[LineForecast],
+    feasible: BoolArray,
+    demand: FloatArray,
+    lower: IntArray,
+    upper: IntArray,
+    config: ScalerConfig,
+) -> MixProblem:
+    models = sorted({s.model for s in fleet.specs} | {ln.model for ln in lines})
+    return MixProblem(
+        cost=fleet.cost,
+        goodput=fleet.capacity,
+        lower=np.where(fleet.adjustable, lower, fleet.current),
+        upper=np.where(fleet.adjustable, np.maximum(upper, lower), fleet.current),
+        current=fleet.current,
+        spot=fleet.spot,
+        pool_model=np.asarray([models.index(s.model) for s in fleet.specs], dtype=np.intp),
+        demand=demand,
+        line_model=np.asarray([models.index(ln.model) for ln in lines], dtype=np.intp),
+        feasible=feasible,
+        budget_usd_per_hour=config.budget_usd_per_hour,
+        spot_cap=config.spot_cap,
+    )
+
+
+def _bounds(
+    fleet: Fleet,
+    raw: MixSolution | None,
+    reliable: Mapping[str, bool],
+    state: ScalerState,
+    config: ScalerConfig,
+    now: float,
+) -> Bounds:
+    recommendations: dict[str, list[tuple[float, int]]] = {}
+    for i, s in enumerate(fleet.specs):
+        window = [
+            (t, n)
+            for t, n in state.recommendations.get(s.id, [])
+            if now - t < config.scale_down_window_s
+        ]
+        if fleet.adjustable[i] and raw is not None:
+            window.append((now, int(raw.replicas[i])))
+        recommendations[s.id] = window
+    stable = np.asarray(
+        [
+            max((n for _, n in recommendations[s.id]), default=int(fleet.current[i]))
+            for i, s in enumerate(fleet.specs)
+        ],
+        dtype=np.intp,
+    )
+    up = np.minimum(fleet.high, fleet.current + config.max_step)
+    up = np.where(fleet.blocked, np.minimum(fleet.current, up), up)
+    cooling = np.asarray(
+        [
+            now - state.last_up_s.get(s.id, -math.inf) < config.cooldown_s
+            or not reliable.get(s.model, False)
+            for s in fleet.specs
+        ],
+        dtype=np.bool_,
+    )
+    return Bounds(up, stable, cooling, recommendations)
+
+
+def _make_before_break(
+    fleet: Fleet, target: IntArray, lines: Sequence[LineForecast], config: ScalerConfig
+) -> tuple[IntArray, set[str]]:
+    """Undo a model's scale-downs while its ready capacity after them would not cover
+    its demand until the next cycle (unless undoing them would break the budget)."""
+    out = target.copy()
+    waiting: set[str] = set()
+    for model in sorted({s.model for s in fleet.specs}):
+        members = [i for i, s in enumerate(fleet.specs) if s.model == model]
+        shrinking = [i for i in members if out[i] < fleet.current[i]]
+        if not shrinking:
+            continue
+        need = sum(ln.upper_now * config.headroom for ln in lines if ln.model == model)
+        after = sum(fleet.capacity[i] * min(fleet.ready[i], out[i]) for i in members)
+        kept = float(fleet.cost @ out) + sum(
+            float(fleet.cost[i]) * int(fleet.current[i] - out[i]) for i in shrinking
+        )
+        affordable = config.budget_usd_per_hour is None or kept <= config.budget_usd_per_hour
+        if after < need - 1e-6 and affordable:
+            for i in shrinking:
+                out[i] = fleet.current[i]
+            waiting.add(model)
+    return out, waiting
+
+
+def decide(
+    history: DemandHistory,
+    pools: Sequence[PoolStatus],
+    prices: Mapping[str, float],
+    policy: Policy,
+    state: ScalerState,
+    config: ScalerConfig = DEFAULT_CONFIG,
+) -> Plan:
+    """The plan for ``history.now_s``: a target per policy pool with its reason.
+
+    ``prices``: USD per GPU-hour per pool id (missing or NaN: unknown; such a pool
+    keeps its size). A policy pool absent from ``pools`` is unmanaged at its initial
+    size. Never raises for bad data: what cannot be planned is held, with a note.
+    """
+    now = history.now_s
+    fleet = build_fleet(pools, prices, policy, state, config, now)
+    lines = forecast_lines(history, policy, config)
+    feasible = _feasible(fleet, lines, policy)
+    required = np.asarray([ln.upper * config.headroom for ln in lines], dtype=np.float64)
+    reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
+
+    def problem(lower: IntArray, upper: IntArray, demand: FloatArray) -> MixProblem:
+        return _problem(fleet, lines, feasible, demand, lower, upper, config)
+
+    raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
+    raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
+    bounds = _bounds(fleet, raw, reliable, state, config, now)
+    step_floor = np.maximum(fleet.low, fleet.current - config.max_step)
+    damped = np.maximum(step_floor, np.minimum(bounds.stable, fleet.current))
+    # Each attempt's lower bounds; if one leaves no solution (the budget forces a
+    # shrink), the constraint it adds gives way next.
+    attempts = [
+        ("cooldown and stabilisation", np.where(bounds.cooling, fleet.current, damped)),
+        ("max step", step_floor),
+        ("", fleet.low),
+    ]
+    solution: MixSolution | None = None
+    relaxed: list[str] = []
+    for name, lower in attempts:
+        solution = solve_mix(problem(np.minimum(lower, bounds.up), bounds.up, required))
+        if solution is not None:
+            break
+        relaxed.append(name)
+    notes: list[str] = []
+    if solution is None:
+        relaxed = []
+        notes.append("no mix fits the budget with pinned pools and minimum sizes: holding")
+        solution = MixSolution(
+            fleet.current,
+            np.zeros(feasible.shape),
+            required.copy(),
+            float(fleet.cost @ fleet.current),
+        )
+    target, waiting = _make_before_break(fleet, solution.replicas, lines, config)
+    demand = tuple(
+        DemandLine(
+            model=ln.model,
+            client_region=ln.client_region,
+            mean=ln.mean,
+            upper=ln.upper,
+            required=float(required[j]),
+            covered=float(solution.assigned[:, j].sum()),
+            reliable=ln.reliable,
+            pools=tuple(fleet.specs[i].id for i in np.flatnonzero(feasible[:, j])),
+        )
+        for j, ln in enumerate(lines)
+    )
+    changes = explain(fleet, target, bounds, raw, solution, demand, waiting, state, config, now)
+    last_up = dict(state.last_up_s)
+    last_down = dict(state.last_down_s)
+    for change in changes:
+        if change.delta > 0:
+            last_up[change.pool_id] = now
+        elif change.delta < 0:
+            last_down[change.pool_id] = now
+    new_state = state.model_copy(
+        update={
+            "updated_s": now,
+            "cycles": state.cycles + 1,
+            "recommendations": dict(bounds.recommendations),
+            "corrections": dict(fleet.corrections),
+            "last_up_s": last_up,
+            "last_down_s": last_down,
+        }
+    )
+    return Plan(
+        now_s=now,
+        changes=tuple(changes),
+        demand=demand,
+        usd_per_hour_before=float(fleet.cost @ fleet.current),
+        usd_per_hour_after=float(fleet.cost @ target),
+        budget_usd_per_hour=config.budget_usd_per_hour,
+        state=new_state,
+        relaxed=tuple(relaxed),
+        notes=tuple(notes),
+    )

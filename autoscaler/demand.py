@@ -1,0 +1,121 @@
+"""From recorded demand to what must be covered: one forecast per model and client region.
+
+Demand is counted in tokens/s: output tokens for chat models (what a replica's goodput
+is measured in), input tokens for embedding models. The horizon runs from now to when
+capacity ordered now would be replaced by the next order: the model's longest pool
+provisioning time plus one cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoscaler.config import ScalerConfig
+from autoscaler.forecast import Forecast, forecast_rate
+from router.demand_table import DemandSeries
+from router.policy import Policy
+from router.types import FloatArray
+
+__all__ = ["DemandHistory", "LineForecast", "forecast_lines", "lead_time_s"]
+
+DEFAULT_PROVISIONING_S = 300.0
+_FIELDS = ("requests", "prompt_tokens", "output_tokens", "slo_misses")
+
+
+@dataclass(frozen=True)
+class DemandHistory:
+    """Recorded demand up to ``now_s`` (unix s, the decision time) per (model, client
+    region). Buckets that end after ``now_s`` are ignored as incomplete."""
+
+    now_s: float
+    series: Mapping[tuple[str, str], DemandSeries]
+
+
+@dataclass(frozen=True, slots=True)
+class LineForecast:
+    """Forecast demand of one (model, client region), tokens/s.
+
+    ``mean``/``upper``: the highest over the planning horizon; ``upper_now``: the
+    highest until the next cycle (what ready replicas must cover while new ones boot).
+    ``prompt_tokens``: mean prompt length (tokens), for the TTFT check.
+    """
+
+    model: str
+    client_region: str
+    mean: float
+    upper: float
+    upper_now: float
+    prompt_tokens: float
+    reliable: bool
+
+
+def lead_time_s(policy: Policy, model: str) -> float:
+    """Longest provisioning time (s) of the model's pools (default 300 s where unset)."""
+    leads = [
+        p.scaling.provisioning_s if p.scaling else DEFAULT_PROVISIONING_S
+        for p in policy.pools
+        if p.model == model
+    ]
+    return max(leads, default=DEFAULT_PROVISIONING_S)
+
+
+def _on_grid(
+    values: FloatArray, series: DemandSeries, start_s: float, n: int, bucket_s: float
+) -> FloatArray:
+    """Sum ``values`` (aligned with ``series``) into the ``n`` buckets of ``bucket_s``
+    from ``start_s``; recorded buckets outside the grid are dropped."""
+    out = np.zeros(n)
+    if len(values) == 0:
+        return out
+    centres = series.start_s + (np.arange(len(values)) + 0.5) * series.bucket_s
+    index = np.floor((centres - start_s) / bucket_s).astype(np.intp)
+    inside = (index >= 0) & (index < n)
+    np.add.at(out, index[inside], values[inside])
+    return out
+
+
+def forecast_lines(
+    history: DemandHistory, policy: Policy, config: ScalerConfig
+) -> list[LineForecast]:
+    """One forecast per (model, client region) with recorded demand, plus a zero line
+    (in the default client region) for each model with none. A client region the
+    policy does not know counts as the default one. History starts at the first bucket
+    with any request of any model, so a model nobody asks for is known to be idle only
+    once telemetry has run long enough."""
+    fb = config.forecast_bucket_s
+    end = math.floor(history.now_s / fb) * fb
+    n = max(int(config.history_s / fb), 1)
+    start = end - n * fb
+    default = policy.routing.default_client_region
+    grids: dict[tuple[str, str], dict[str, FloatArray]] = {}
+    for (model, region), series in sorted(history.series.items()):
+        if model not in policy.models:
+            continue
+        key = (model, region if region in policy.client_regions else default)
+        grid = grids.setdefault(key, {f: np.zeros(n) for f in _FIELDS})
+        for f in _FIELDS:
+            grid[f] += _on_grid(getattr(series, f), series, start, n, fb)
+    for model in policy.models:
+        if not any(m == model for m, _ in grids):
+            grids[(model, default)] = {f: np.zeros(n) for f in _FIELDS}
+    busy = [np.flatnonzero(g["requests"]) for g in grids.values()]
+    first = min((int(b[0]) for b in busy if len(b)), default=n)
+    out: list[LineForecast] = []
+    for (model, region), grid in grids.items():
+        embedding = policy.models[model].kind == "embedding"
+        tokens = grid["prompt_tokens" if embedding else "output_tokens"][first:]
+        until = history.now_s + lead_time_s(policy, model) + config.interval_s
+        horizon = max(math.ceil((until - end) / fb), 1)
+        fc: Forecast = forecast_rate(tokens / fb, start + first * fb, fb, horizon, config.forecast)
+        mean, upper = fc.peak(until)
+        _, upper_now = fc.peak(history.now_s + config.interval_s)
+        day = max(n - int(86_400 / fb), first)
+        requests = float(grid["requests"][day:].sum())
+        prompt = float(grid["prompt_tokens"][day:].sum())
+        prompt_mean = prompt / requests if requests else float(config.default_prompt_tokens)
+        out.append(LineForecast(model, region, mean, upper, upper_now, prompt_mean, fc.reliable))
+    return out

@@ -1,0 +1,148 @@
+"""The cheapest replica mix that covers the forecast, as a small mixed-integer program.
+
+As Mélange does for heterogeneous GPUs, the choice of how many replicas each pool runs
+is a MILP, solved with HiGHS through ``scipy.optimize.milp``:
+
+    minimise    Σ_p cost_p · n_p  +  ε Σ_p |n_p − current_p|  +  M Σ_l short_l
+    subject to  Σ_{p feasible for l} x_{p,l} + short_l ≥ demand_l        every demand line l
+                Σ_l x_{p,l} ≤ goodput_p · n_p                            every pool p
+                Σ_{p spot, l of m} x_{p,l} ≤ spot_cap · Σ_{l of m} demand_l   every model m
+                Σ_p cost_p · n_p ≤ budget
+                lower_p ≤ n_p ≤ upper_p,  n_p integer,  x, short ≥ 0
+
+A demand line is one model from one client region (tokens/s); ``x`` is the goodput a
+pool gives a line. Shortfall is allowed but priced far above any replica, so it is used
+only when the bounds or the budget leave no other way, and then it says how much is
+missing. The ε term prefers, among equally cheap mixes, the one closest to now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
+
+from router.types import BoolArray, FloatArray, IntArray
+
+__all__ = ["MixProblem", "MixSolution", "solve_mix"]
+
+
+@dataclass(frozen=True, eq=False)
+class MixProblem:
+    """One planning problem over P pools and L demand lines (arrays aligned so).
+
+    ``cost``: USD/hour per replica (0 where the price is unknown; such pools should be
+    pinned by their bounds). ``goodput``: tokens/s per replica within the SLO (0: the
+    pool counts no capacity). ``feasible[p, l]``: pool p can serve line l within its
+    SLO. ``pool_model`` and ``line_model``: model index of each pool and line.
+    """
+
+    cost: FloatArray
+    goodput: FloatArray
+    lower: IntArray
+    upper: IntArray
+    current: IntArray
+    spot: BoolArray
+    pool_model: IntArray
+    demand: FloatArray
+    line_model: IntArray
+    feasible: BoolArray
+    budget_usd_per_hour: float | None = None
+    spot_cap: float = 1.0
+
+
+@dataclass(frozen=True, eq=False)
+class MixSolution:
+    """Replicas per pool, tokens/s each pool gives each line, and tokens/s short per line."""
+
+    replicas: IntArray
+    assigned: FloatArray
+    shortfall: FloatArray
+    usd_per_hour: float
+
+
+def solve_mix(problem: MixProblem, time_limit_s: float = 10.0) -> MixSolution | None:
+    """Solve ``problem``; None if it is infeasible (bounds against budget), which no
+    shortfall can fix. Pure apart from the solver's own time limit."""
+    pr = problem
+    n_pools, n_lines = pr.feasible.shape
+    pairs = np.argwhere(pr.feasible & (pr.goodput[:, None] > 0))
+    k = len(pairs)
+    # Variables: n (pools), x (pairs), short (lines), move (pools).
+    n_var = 2 * n_pools + k + n_lines
+    xs = slice(n_pools, n_pools + k)
+    shorts = slice(n_pools + k, n_pools + k + n_lines)
+    moves = slice(n_pools + k + n_lines, n_var)
+    positive = pr.cost[pr.cost > 0]
+    epsilon = 1e-3 * float(positive.min()) if len(positive) else 1e-3
+    big = 100.0 * max(float(pr.cost.max(initial=0.0)), 1.0)
+    c = np.zeros(n_var)
+    c[:n_pools] = pr.cost
+    c[shorts] = big
+    c[moves] = epsilon
+
+    rows: list[FloatArray] = []
+    low: list[float] = []
+    high: list[float] = []
+
+    def row() -> FloatArray:
+        r = np.zeros(n_var)
+        rows.append(r)
+        return r
+
+    for line in range(n_lines):
+        r = row()
+        r[xs][pairs[:, 1] == line] = 1.0
+        r[shorts][line] = 1.0
+        low.append(float(pr.demand[line]))
+        high.append(np.inf)
+    for pool in range(n_pools):
+        r = row()
+        r[xs][pairs[:, 0] == pool] = 1.0
+        r[pool] = -pr.goodput[pool]
+        low.append(-np.inf)
+        high.append(0.0)
+        for sign in (1.0, -1.0):  # move_p >= |n_p - current_p|
+            r = row()
+            r[pool] = sign
+            r[moves][pool] = -1.0
+            low.append(-np.inf)
+            high.append(sign * float(pr.current[pool]))
+    if pr.spot_cap < 1.0:
+        for model in np.unique(pr.line_model):
+            spot_pairs = pr.spot[pairs[:, 0]] & (pr.line_model[pairs[:, 1]] == model)
+            if spot_pairs.any():
+                r = row()
+                r[xs][spot_pairs] = 1.0
+                low.append(-np.inf)
+                high.append(pr.spot_cap * float(pr.demand[pr.line_model == model].sum()))
+    if pr.budget_usd_per_hour is not None:
+        r = row()
+        r[:n_pools] = pr.cost
+        low.append(-np.inf)
+        high.append(pr.budget_usd_per_hour)
+
+    lb = np.zeros(n_var)
+    ub = np.full(n_var, np.inf)
+    lb[:n_pools] = pr.lower
+    ub[:n_pools] = pr.upper
+    integrality = np.zeros(n_var)
+    integrality[:n_pools] = pr.lower != pr.upper  # a pinned pool needs no branching
+    result = milp(
+        c,
+        integrality=integrality,
+        bounds=Bounds(lb, ub),
+        constraints=LinearConstraint(np.vstack(rows), low, high) if rows else (),
+        # Presolve buys nothing on a problem this small, and some of HiGHS's presolved
+        # paths print debug lines to stdout.
+        options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6, "presolve": False},
+    )
+    if result.x is None:
+        return None
+    sol = np.asarray(result.x, dtype=np.float64)
+    replicas = np.rint(sol[:n_pools]).astype(np.intp)
+    assigned = np.zeros((n_pools, n_lines))
+    assigned[pairs[:, 0], pairs[:, 1]] = sol[xs]
+    shortfall = np.clip(sol[shorts], 0.0, None)
+    return MixSolution(replicas, assigned, shortfall, float(pr.cost @ replicas))

@@ -1,0 +1,164 @@
+"""``skyroute autoscale`` (the sidecar) and ``skyroute profile`` (measure a goodput profile).
+
+``autoscale`` runs until SIGTERM: one cycle per interval, acting only while it holds the
+leader lease. ``--once`` runs one cycle and exits; ``--dry-run`` never changes anything
+and prints the plan as a table. Settings come from ``SKYROUTE_*`` variables
+(``autoscaler.settings.AutoscalerSettings``), built once here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from autoscaler.profile import measure_profile
+from autoscaler.settings import AutoscalerSettings
+from autoscaler.sidecar import Sidecar, SidecarOptions
+from router.errors import SkyrouteError
+from router.policy import Policy
+from router.policy_loader import load_policy
+from skyroute import logs
+from skyroute.embedded_redis import EmbeddedRedis
+
+__all__ = ["main", "register"]
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _redis_url(settings: AutoscalerSettings) -> Iterator[str]:
+    if settings.redis_url is not None:
+        yield settings.redis_url
+        return
+    with EmbeddedRedis() as embedded:
+        logger.info("SKYROUTE_REDIS_URL unset: started embedded redis at %s", embedded.url)
+        yield embedded.url
+
+
+def _options(settings: AutoscalerSettings) -> SidecarOptions:
+    return SidecarOptions(
+        holder=settings.autoscale_holder,
+        prefix=settings.redis_prefix,
+        interval_s=settings.autoscale_interval_s,
+        lease_ttl_ms=settings.autoscale_lease_ttl_ms,
+        replica_ttl_ms=settings.replica_ttl_ms,
+        demand_bucket_s=settings.autoscale_demand_bucket_s,
+        drain_settle_s=settings.autoscale_drain_settle_s,
+        dry_run=settings.autoscale_dry_run,
+    )
+
+
+async def _autoscale(settings: AutoscalerSettings, policy: Policy, url: str, once: bool) -> int:
+    redis = Redis.from_url(url)
+    sidecar = Sidecar(
+        policy, redis, settings.cloud_config(), settings.scaler_config(), _options(settings)
+    )
+    try:
+        if not once:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await sidecar.run(stop)
+            return 0
+        acting = not settings.autoscale_dry_run
+        if acting:
+            await sidecar.leadership.tick()
+        result = await sidecar.cycle(act=acting)
+        print(result.plan.table())
+        if acting and not result.leader:
+            print("standby: another sidecar holds the lease; nothing was changed")
+        for outcome in result.report.outcomes if result.report else []:
+            print(f"{outcome.pool_id}: {outcome.action} {outcome.done}/{outcome.asked}"
+                  + (f" ({outcome.error})" if outcome.error else ""))  # fmt: skip
+        if acting:
+            await sidecar.leadership.resign()
+        return 0
+    finally:
+        sidecar.close()
+        await redis.aclose()
+
+
+def cmd_autoscale(args: argparse.Namespace) -> int:
+    """Run the sidecar (see the module docstring)."""
+    overrides: dict[str, Any] = {}
+    if args.policy:
+        overrides["policy"] = Path(args.policy)
+    if args.dry_run:
+        overrides["autoscale_dry_run"] = True
+    settings = AutoscalerSettings(**overrides)
+    logs.configure(settings.log_level, settings.log_json and not args.once)
+    policy = load_policy(settings.policy)
+    with _redis_url(settings) as url:
+        return asyncio.run(_autoscale(settings, policy, url, args.once))
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Measure a goodput profile and print it (and write it with ``--out``)."""
+    logs.configure("WARNING", json=False)
+    url = args.url.rstrip("/").removesuffix("/v1")
+    measured = asyncio.run(
+        measure_profile(
+            url, args.model, args.slo_tpot_ms,
+            output_tokens=args.output_tokens, rounds=args.rounds,
+            max_concurrency=args.max_concurrency,
+        )
+    )  # fmt: skip
+    for level in measured.levels:
+        print(f"c={level.concurrency:<4} tpot p90 {level.tpot_p90_ms:7.1f} ms  "
+              f"mean {level.tpot_mean_ms:7.1f} ms  ttft p50 {level.ttft_p50_ms:7.1f} ms",
+              file=sys.stderr)  # fmt: skip
+    snippet = measured.snippet(args.model, url)
+    if args.out:
+        Path(args.out).write_text(snippet)
+    print(snippet, end="")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``autoscale`` and ``profile`` to the ``skyroute`` command line."""
+    p = subparsers.add_parser(
+        "autoscale", help="run the autoscaler sidecar: forecast demand, plan, resize pools"
+    )
+    p.add_argument("--once", action="store_true", help="run one cycle, print it and exit")
+    p.add_argument("--dry-run", action="store_true", help="change nothing; print the plan")
+    p.add_argument("--policy", help="routing policy YAML (env SKYROUTE_POLICY)")
+    p.set_defaults(func=cmd_autoscale)
+
+    q = subparsers.add_parser("profile", help="measure a goodput profile against an engine")
+    q.add_argument("--url", required=True, help="engine base URL, e.g. http://127.0.0.1:9101")
+    q.add_argument("--model", required=True, help="model name the engine serves")
+    q.add_argument("--slo-tpot-ms", type=float, required=True, help="TPOT target, ms (p90)")
+    q.add_argument("--out", help="write the policy snippet to this file")
+    q.add_argument("--output-tokens", type=int, default=32, help="tokens per test request")
+    q.add_argument("--rounds", type=int, default=2, help="requests per client per level")
+    q.add_argument("--max-concurrency", type=int, default=512, help="largest batch tried")
+    q.set_defaults(func=cmd_profile)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run these subcommands on their own (``python -m skyroute.autoscale_cmd``)."""
+    parser = argparse.ArgumentParser(prog="skyroute")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        code = int(args.func(args))
+    except SkyrouteError as exc:
+        print(f"skyroute: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The forecast: cycles, quantiles, and what it does with too little history."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.forecast import ForecastConfig, forecast_rate
+from tests.autoscaler.conftest import T0
+
+DAY = 86_400.0
+BUCKET = 600.0
+PER_DAY = int(DAY / BUCKET)
+
+
+def _daily(days: int, rng: np.random.Generator, noise: float = 0.05) -> np.ndarray:
+    """A rate with a strong daily cycle (x3 from night to day) and a little noise."""
+    t = np.arange(days * PER_DAY) * BUCKET
+    cycle = 100.0 * (2.0 + np.sin(2 * np.pi * t / DAY))
+    return np.asarray(cycle * np.exp(noise * rng.standard_normal(len(t))), dtype=np.float64)
+
+
+def _errors(rate: np.ndarray, horizon: int, config: ForecastConfig) -> tuple[float, float]:
+    """Mean absolute % error of the median at ``horizon`` steps, and of the naive
+    last value, over 60 origins in the last days."""
+    ours, naive = [], []
+    for end in range(len(rate) - 60 - horizon, len(rate) - horizon):
+        fc = forecast_rate(rate[:end], T0, BUCKET, horizon, config)
+        actual = rate[end + horizon - 1]
+        ours.append(abs(fc.median[-1] - actual) / actual)
+        naive.append(abs(rate[end - 1] - actual) / actual)
+    return float(np.mean(ours)), float(np.mean(naive))
+
+
+def test_a_daily_cycle_is_learnt_and_beats_the_last_value_a_few_hours_ahead() -> None:
+    rate = _daily(7, np.random.default_rng(1))
+    ours, naive = _errors(rate, horizon=18, config=ForecastConfig())
+    assert ours < 0.5 * naive
+
+
+def test_a_weekly_cycle_is_learnt_across_a_weekend() -> None:
+    # Weekdays at 200/s, weekends at 60/s; forecast Saturday from Friday evening.
+    rng = np.random.default_rng(2)
+    days = [60.0 if d % 7 in (5, 6) else 200.0 for d in range(14)]
+    rate = np.repeat(days, PER_DAY) * np.exp(0.05 * rng.standard_normal(14 * PER_DAY))
+    friday_evening = 11 * PER_DAY + PER_DAY - 12  # two hours before Saturday of week 2
+    fc = forecast_rate(rate[:friday_evening], T0, BUCKET, 36)
+    assert fc.seasonal_weight > 0
+    assert fc.median[-1] < 0.6 * rate[friday_evening - 1]
+
+
+def test_the_upper_quantile_covers_about_its_share_of_outcomes() -> None:
+    rng = np.random.default_rng(3)
+    rate = 100.0 * np.exp(0.2 * rng.standard_normal(4 * PER_DAY))
+    covered = [
+        forecast_rate(rate[:end], T0, BUCKET, 1).upper[0] >= rate[end]
+        for end in range(2 * PER_DAY, 4 * PER_DAY - 1)
+    ]
+    assert 0.88 <= float(np.mean(covered)) <= 0.99
+
+
+def test_the_upper_quantile_widens_with_the_horizon() -> None:
+    rng = np.random.default_rng(4)
+    walk = 100.0 * np.exp(np.cumsum(0.05 * rng.standard_normal(3 * PER_DAY)))
+    fc = forecast_rate(walk, T0, BUCKET, 6)
+    spread = fc.upper / fc.median
+    assert spread[-1] > spread[0]
+
+
+def test_too_short_a_history_is_unreliable_and_forecasts_its_recent_peak() -> None:
+    fc = forecast_rate(np.asarray([5.0, 9.0, 7.0]), T0, BUCKET, 3)
+    assert fc.reliable is False
+    assert list(fc.upper) == [9.0, 9.0, 9.0]
+
+
+def test_no_demand_forecasts_none() -> None:
+    fc = forecast_rate(np.zeros(PER_DAY), T0, BUCKET, 2)
+    assert fc.reliable and float(fc.upper.max()) == 0.0
+
+
+def test_peak_takes_the_highest_bucket_before_the_deadline() -> None:
+    rate = np.linspace(50.0, 150.0, 2 * PER_DAY)
+    fc = forecast_rate(rate, T0, BUCKET, 4)
+    mean, upper = fc.peak(fc.start_s + 2 * BUCKET)
+    assert (mean, upper) == (float(fc.mean[:2].max()), float(fc.upper[:2].max()))
