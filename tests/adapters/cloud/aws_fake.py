@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import logging
 import threading
+import uuid
 from urllib.parse import parse_qs
 
 import boto3
@@ -57,8 +58,11 @@ class MotoWithFaults:
         keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
         self.ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto_url, **keys)
         self.asg = boto3.client("autoscaling", region_name=REGION, endpoint_url=moto_url, **keys)
+        # moto keeps its state per process, shared by every server started in it: a
+        # fixed template name would collide with another test's.
+        self.template = f"gpu-node-{uuid.uuid4().hex[:8]}"
         self.ec2.create_launch_template(
-            LaunchTemplateName="gpu-node",
+            LaunchTemplateName=self.template,
             LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "p5.48xlarge"},
         )
         return self
@@ -73,7 +77,7 @@ class MotoWithFaults:
         """An Auto Scaling group of ``size`` instances (set up directly in moto)."""
         self.asg.create_auto_scaling_group(
             AutoScalingGroupName=name,
-            LaunchTemplate={"LaunchTemplateName": "gpu-node", "Version": "$Latest"},
+            LaunchTemplate={"LaunchTemplateName": self.template, "Version": "$Latest"},
             MinSize=0,
             MaxSize=max_size,
             DesiredCapacity=size,
