@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-import orjson
 from starlette.responses import Response, StreamingResponse
 
 from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
@@ -25,11 +24,11 @@ from gateway.retry_budget import RetryBudget
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
 from gateway.tracing import NOOP, ChildSpan
+from gateway.upstream_answers import response_usage, unavailable
 from gateway.usage import UsageLog
 from router.access_table import UsageRecord
 from router.demand_table import DemandRecord
 from router.errors import (
-    NoFeasiblePool,
     RoutingError,
     UpstreamError,
     UpstreamStatusError,
@@ -37,35 +36,12 @@ from router.errors import (
     UpstreamTimeout,
 )
 from router.policy import PoolSpec
-from router.scoring import Ranking, RouteRequest
+from router.scoring import RouteRequest
 
 logger = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-def _usage(body: bytes) -> tuple[int | None, int | None, str | None]:
-    """(prompt tokens, completion tokens, model) from an OpenAI response body."""
-    try:
-        data = orjson.loads(body)
-        usage = data.get("usage") or {}
-        model = data.get("model")
-        return (
-            usage.get("prompt_tokens"),
-            usage.get("completion_tokens"),
-            model if isinstance(model, str) else None,
-        )
-    except (orjson.JSONDecodeError, AttributeError):
-        return None, None, None
-
-
-def _unavailable(ranking: Ranking, model: str) -> RoutingError:
-    reasons = sorted({r.reason for r in ranking.explain()})
-    detail = "; ".join(reasons) or "no pool serves it"
-    if ranking.eligible.any():
-        return NoFeasiblePool(f"no pool can meet the SLO for model {model!r}: {detail}")
-    return RoutingError(f"no pool is available for model {model!r}: {detail}")
 
 
 class Forwarder:
@@ -151,7 +127,7 @@ class Forwarder:
             )
             route_span.end()
         if len(ranking.order) == 0:
-            raise _unavailable(ranking, route.model)
+            raise unavailable(ranking, route.model)
         policy = self.state.policy
         budget = policy.policy.routing.max_attempts
         est_tokens = route.prompt_tokens + (
@@ -215,7 +191,7 @@ class Forwarder:
                 self.state.outlier.release_trial(pool.id)
                 logger.warning("attempt %d on pool %s failed: %s", number, pool.id, exc)
         if last is None:
-            raise _unavailable(ranking, route.model)
+            raise unavailable(ranking, route.model)
         raise last
 
     def _failed(self, pool_id: str, exc: UpstreamError) -> None:
@@ -275,7 +251,7 @@ class Forwarder:
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
-        prompt, completion, model = _usage(body)
+        prompt, completion, model = response_usage(body)
         prompt_tokens = prompt if prompt is not None else route.prompt_tokens
         tokens = prompt_tokens + (completion or 0)
         tpot = None
