@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 from router import table_scripts
 from router.errors import TableError
 from router.policy import TenantSpec
+from router.tables import run_pipeline
 
 NANO = 1_000_000_000
 USAGE_STREAM_MAXLEN = 1_000_000
@@ -108,12 +109,7 @@ class AccessTables:
         return ":".join((self.prefix, *parts))
 
     async def _run(self, pipe: Pipeline) -> list[Any]:
-        try:
-            return await pipe.execute()
-        except RedisError as exc:
-            raise TableError(f"access tables: {exc}") from exc
-        finally:
-            await pipe.reset()  # type: ignore[no-untyped-call]
+        return await run_pipeline(pipe, "access tables")
 
     # -- keys -----------------------------------------------------------------------------
     async def store_key(self, digest_hex: str, record: KeyRecord) -> None:

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from router.errors import TableError
 from router.lease import Fence
+from router.tables import run_pipeline
 from router.types import FloatArray
 
 __all__ = ["METRICS", "DemandRecord", "DemandSeries", "DemandTables"]
@@ -235,10 +236,4 @@ class DemandTables:
             raise TableError(f"autoscaler state write failed: {exc}") from exc
 
     async def _run(self, pipe: Pipeline) -> list[Any]:
-        try:
-            result: list[Any] = await pipe.execute()
-            return result
-        except RedisError as exc:
-            raise TableError(f"demand tables: {exc}") from exc
-        finally:
-            await pipe.reset()  # type: ignore[no-untyped-call]
+        return await run_pipeline(pipe, "demand tables")

@@ -351,9 +351,19 @@ class LiveTables:
 async def _execute(pipe: Pipeline) -> list[Any]:
     # Reset in every case, so a failed pipeline gives its connection back to the pool.
     try:
-        return await pipe.execute()
+        result: list[Any] = await pipe.execute()
+        return result
     finally:
         await pipe.reset()  # type: ignore[no-untyped-call]
+
+
+async def run_pipeline(pipe: Pipeline, what: str) -> list[Any]:
+    """Execute ``pipe`` and give its connection back whatever happens; a Redis failure
+    becomes TableError("{what}: ...")."""
+    try:
+        return await _execute(pipe)
+    except RedisError as exc:
+        raise TableError(f"{what}: {exc}") from exc
 
 
 def _s(value: bytes | str) -> str:

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +27,15 @@ from router.errors import SkyrouteError
 from router.policy import Policy
 from router.policy_loader import load_policy
 from skyroute import logs
-from skyroute.embedded_redis import EmbeddedRedis
+from skyroute.embedded_redis import redis_url_or_embedded
 
 __all__ = ["main", "register"]
 
 logger = logging.getLogger(__name__)
 
 
-@contextlib.contextmanager
-def _redis_url(settings: AutoscalerSettings) -> Iterator[str]:
-    if settings.redis_url is not None:
-        yield settings.redis_url
-        return
-    with EmbeddedRedis() as embedded:
-        logger.info("SKYROUTE_REDIS_URL unset: started embedded redis at %s", embedded.url)
-        yield embedded.url
+def _redis_url(settings: AutoscalerSettings) -> contextlib.AbstractContextManager[str]:
+    return redis_url_or_embedded(settings.redis_url)
 
 
 def _options(settings: AutoscalerSettings) -> SidecarOptions:

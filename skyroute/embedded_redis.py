@@ -6,13 +6,18 @@ project dependency, so a fresh machine has one). Nothing is persisted to disk.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+
+logger = logging.getLogger(__name__)
 
 
 def redis_binary() -> str:
@@ -106,6 +111,17 @@ class EmbeddedRedis:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def redis_url_or_embedded(url: str | None) -> Iterator[str]:
+    """``url`` if set, else the URL of an embedded Redis that lives as long as the context."""
+    if url is not None:
+        yield url
+        return
+    with EmbeddedRedis() as embedded:
+        logger.info("SKYROUTE_REDIS_URL unset: started embedded redis at %s", embedded.url)
+        yield embedded.url
 
 
 def _server_pid(port: int) -> int | None:

@@ -14,7 +14,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.context import Gateway
 from gateway.settings import GatewaySettings
-from skyroute.embedded_redis import EmbeddedRedis
+from skyroute.embedded_redis import redis_url_or_embedded
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +23,12 @@ logger = logging.getLogger(__name__)
 def redis_for(settings: GatewaySettings) -> Iterator[GatewaySettings]:
     """``settings`` with a Redis URL: the configured one, else an embedded server that
     lives as long as the context."""
-    if settings.redis_url is not None:
-        yield settings
-        return
-    with EmbeddedRedis() as embedded:
-        logger.info("SKYROUTE_REDIS_URL unset: started embedded redis at %s", embedded.url)
-        yield settings.model_copy(update={"redis_url": embedded.url})
+    with redis_url_or_embedded(settings.redis_url) as url:
+        yield (
+            settings
+            if url == settings.redis_url
+            else settings.model_copy(update={"redis_url": url})
+        )
 
 
 class GracefulServer(uvicorn.Server):
