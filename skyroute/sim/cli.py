@@ -68,7 +68,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--provisioning-s", type=float, help="replica lead time (default: per pool)")
     p.add_argument("--warmup-s", type=float, default=600.0, help="replayed trace start, unmeasured")
     p.add_argument("--tick-s", type=float, default=10.0, help="scaler period, s")
-    p.add_argument("--bound-window-s", type=float, default=60.0, help="LP bound window, s")
+    p.add_argument("--bound-window-s", type=float, default=60.0, help="bounds' window, s")
+    p.add_argument(
+        "--bound-block-s",
+        type=float,
+        default=120.0,
+        help="integer bound: replicas are whole per block of this many s (shorter: tighter, "
+        "slower); 0 skips the integer bound",
+    )
     p.add_argument("--out", default="sim-out", help="directory for result.json and plots")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -109,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         config,
         names,
         window_s=args.bound_window_s,
+        block_s=args.bound_block_s or None,
         progress=bar,
         on_policy=bar.set_label if bar else None,
     )
@@ -130,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "warmup_s": args.warmup_s,
         "tick_s": args.tick_s,
+        "bound_window_s": args.bound_window_s,
+        "bound_block_s": args.bound_block_s,
     }
     table = format_table(cmp)
     (out / "table.md").write_text(table + "\n")
@@ -142,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     )
     print(table)
     print(
-        f"simulated {len(names)} policies + bound in {cmp.seconds:.1f} s; wrote {out}/result.json",
+        f"simulated {len(names)} policies + bounds in {cmp.seconds:.1f} s; wrote {out}/result.json",
         end="",
     )
     print(f" and {len(plots)} plots" if plots else "", file=sys.stdout)

@@ -20,7 +20,8 @@ class Summary:
     """One policy's totals. USD; attainment as fractions; latencies in ms; goodput per s.
 
     ``usd_per_mtok`` is provisioned USD per million tokens (prompt + output) served;
-    ``gap`` is provisioned cost over the bound minus 1 (None without a bound).
+    ``gap`` is provisioned cost over the LP bound minus 1 and ``gap_integer`` over the
+    integer bound (None without that bound).
     """
 
     policy: str
@@ -41,6 +42,7 @@ class Summary:
     pool_share: dict[str, float]
     unfinished: int
     gap: float | None
+    gap_integer: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,8 +96,9 @@ def summarize(
     run: RunResult,
     window_s: float = 60.0,
     bound_usd: float | None = None,
+    integer_bound_usd: float | None = None,
 ) -> tuple[Summary, Series]:
-    """Totals and time series of ``run``."""
+    """Totals and time series of ``run``; gaps against the bounds given (USD)."""
     m = slice(work.n_warm, None)
     horizon = max(work.horizon_s, 1e-9)
     ttft, tpot = latencies(spec, work, run)
@@ -143,6 +146,7 @@ def summarize(
         pool_share={spec.pool_ids[p]: float(by_pool[p]) for p in range(spec.size)},
         unfinished=int((~np.isfinite(run.done_s[m])).sum()),
         gap=None if not bound_usd else provisioned / bound_usd - 1.0,
+        gap_integer=None if not integer_bound_usd else provisioned / integer_bound_usd - 1.0,
     )
     series = Series(
         window_end_s=edges[1:],

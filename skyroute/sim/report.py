@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from skyroute.sim.bound import Bound
 from skyroute.sim.compare import Comparison
 
 PLOTS = ("cost_over_time.png", "slo_over_time.png", "utilisation.png", "pareto.png")
@@ -21,25 +22,7 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.2f}"
 
 
-def format_table(cmp: Comparison) -> str:
-    """A Markdown table: one row per policy and one for the bound. USD, %, ms."""
-    providers = sorted(set(cmp.spec.providers))
-    head = [
-        "policy", "provisioned $", "$/1M tok", "attributed $", "SLO %", "TTFT %", "TPOT %",
-        "goodput req/s", "goodput tok/s", "p50 TTFT ms", "p99 TTFT ms",
-        *(f"{p} %" for p in providers), "gap vs bound",
-    ]  # fmt: skip
-    rows = [head, ["---"] * len(head)]
-    for s in cmp.summaries:
-        rows.append([
-            s.policy, f"{s.provisioned_usd:.2f}", f"{s.usd_per_mtok:.3f}",
-            f"{s.attributed_usd:.2f}", _pct(s.slo_attainment), _pct(s.ttft_attainment),
-            _pct(s.tpot_attainment), f"{s.goodput_rps:.2f}", f"{s.goodput_tokens_per_s:.0f}",
-            f"{s.ttft_p50_ms:.0f}", f"{s.ttft_p99_ms:.0f}",
-            *(f"{100 * s.provider_share.get(p, 0.0):.1f}" for p in providers),
-            "" if s.gap is None else f"{100 * s.gap:+.1f}%",
-        ])  # fmt: skip
-    b = cmp.bound
+def _bound_row(cmp: Comparison, b: Bound, label: str, providers: list[str]) -> list[str]:
     tokens = (
         cmp.work.prompt_tokens[cmp.work.n_warm :].sum()
         + cmp.work.output_tokens[cmp.work.n_warm :].sum()
@@ -49,32 +32,73 @@ def format_table(cmp: Comparison) -> str:
         sum(share[p] for p in range(cmp.spec.size) if cmp.spec.providers[p] == prov)
         for prov in providers
     ]
-    rows.append([
-        "LP bound", f"{b.total_usd:.2f}", f"{b.total_usd / max(tokens, 1) * 1e6:.3f}", "",
-        "100.00*", "", "", "", "", "", "", *(f"{100 * v:.1f}" for v in by_provider), "0",
-    ])  # fmt: skip
+    return [
+        label, f"{b.total_usd:.2f}", f"{b.total_usd / max(tokens, 1) * 1e6:.3f}", "",
+        "100.00*", "", "", "", "", "", "", *(f"{100 * v:.1f}" for v in by_provider), "", "",
+    ]  # fmt: skip
+
+
+def _gap(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:+.1f}%"
+
+
+def format_table(cmp: Comparison) -> str:
+    """A Markdown table: one row per policy and one per bound. USD, %, ms."""
+    providers = sorted(set(cmp.spec.providers))
+    head = [
+        "policy", "provisioned $", "$/1M tok", "attributed $", "SLO %", "TTFT %", "TPOT %",
+        "goodput req/s", "goodput tok/s", "p50 TTFT ms", "p99 TTFT ms",
+        *(f"{p} %" for p in providers), "gap vs LP", "gap vs integer",
+    ]  # fmt: skip
+    rows = [head, ["---"] * len(head)]
+    for s in cmp.summaries:
+        rows.append([
+            s.policy, f"{s.provisioned_usd:.2f}", f"{s.usd_per_mtok:.3f}",
+            f"{s.attributed_usd:.2f}", _pct(s.slo_attainment), _pct(s.ttft_attainment),
+            _pct(s.tpot_attainment), f"{s.goodput_rps:.2f}", f"{s.goodput_tokens_per_s:.0f}",
+            f"{s.ttft_p50_ms:.0f}", f"{s.ttft_p99_ms:.0f}",
+            *(f"{100 * s.provider_share.get(p, 0.0):.1f}" for p in providers),
+            _gap(s.gap), _gap(s.gap_integer),
+        ])  # fmt: skip
+    rows.append(_bound_row(cmp, cmp.bound, "LP bound", providers))
+    unservable = cmp.bound.unservable
+    if cmp.integer_bound is not None:
+        rows.append(_bound_row(cmp, cmp.integer_bound, "integer bound", providers))
+        unservable = max(unservable, cmp.integer_bound.unservable)
     note = (
-        f"\n\n\\* The bound meets every SLO by construction; it leaves {b.unservable} "
-        "requests that no pool can serve in time (or beyond every pool's max) unserved."
+        "\n\n\\* A bound meets every SLO by construction; it leaves "
+        f"{unservable} requests that no pool can serve in time (or beyond every pool's max) "
+        "unserved. LP: fractional replicas, boots free. Integer: whole replicas, each boot "
+        "after t = 0 billed its provisioning time."
     )
     return "\n".join("| " + " | ".join(r) + " |" for r in rows) + note
 
 
+def _bound_json(b: Bound) -> dict[str, Any]:
+    return {
+        "kind": b.kind,
+        "total_usd": b.total_usd,
+        "primal_usd": b.primal_usd,
+        "optimal": b.optimal,
+        "window_s": b.window_s,
+        "status": b.status,
+        "unservable_requests": b.unservable,
+        "requests_per_pool": b.requests_per_pool.tolist(),
+        "mean_replicas_per_pool": b.replicas.mean(axis=0).tolist(),
+        "boots_per_pool": b.launches.sum(axis=0).tolist(),
+        "window_usd": b.window_usd.tolist(),
+    }
+
+
 def to_json(cmp: Comparison, scenario: dict[str, Any]) -> dict[str, Any]:
-    """Everything a reader needs to redraw the plots: scenario, bound, summaries, series."""
-    b = cmp.bound
+    """Everything a reader needs to redraw the plots: scenario, bounds, summaries, series."""
+    ib = cmp.integer_bound
     return {
         "scenario": scenario,
         "runtime_s": cmp.seconds,
         "pools": list(cmp.spec.pool_ids),
-        "bound": {
-            "total_usd": b.total_usd,
-            "window_s": b.window_s,
-            "status": b.status,
-            "unservable_requests": b.unservable,
-            "requests_per_pool": b.requests_per_pool.tolist(),
-            "window_usd": b.window_usd.tolist(),
-        },
+        "bound": _bound_json(cmp.bound),
+        "integer_bound": None if ib is None else _bound_json(ib),
         "policies": [
             {
                 "summary": asdict(s),
@@ -124,15 +148,14 @@ def write_plots(cmp: Comparison, out: Path) -> list[Path]:
         length = np.diff(np.concatenate(([0.0], ser.window_end_s)))
         ax.plot(x, ser.window_usd * 3600.0 / length, label=s.policy)
     bound = cmp.bound
-    blen = np.minimum(
-        bound.window_s, cmp.work.horizon_s - bound.window_s * np.arange(len(bound.window_usd))
-    )
-    ax.plot(
-        (np.arange(len(blen)) * bound.window_s + blen) / 60.0,
-        bound.window_usd * 3600 / blen,
-        "k--",
-        label="LP bound",
-    )
+    for b, style, label in ((bound, "k--", "LP bound"), (cmp.integer_bound, "k:", "integer bound")):
+        if b is None:
+            continue
+        blen = np.minimum(
+            b.window_s, cmp.work.horizon_s - b.window_s * np.arange(len(b.window_usd))
+        )
+        x = (np.arange(len(blen)) * b.window_s + blen) / 60.0
+        ax.plot(x, b.window_usd * 3600 / blen, style, label=f"{label} (its plan)")
     ax.set(xlabel="trace time (min)", ylabel="provisioned USD/hour", title="Cost over time")
     ax.legend()
     paths = [_save(fig, out / PLOTS[0])]
@@ -163,6 +186,8 @@ def write_plots(cmp: Comparison, out: Path) -> list[Path]:
     for s in cmp.summaries:
         ax.scatter(s.provisioned_usd, 100.0 * s.slo_attainment, label=s.policy, s=60)
     ax.axvline(bound.total_usd, color="k", ls="--", label="LP bound (cost)")
+    if cmp.integer_bound is not None:
+        ax.axvline(cmp.integer_bound.total_usd, color="k", ls=":", label="integer bound (cost)")
     ax.set(xlabel="provisioned USD", ylabel="SLO attainment (%)", title="Cost vs SLO attainment")
     ax.legend()
     paths.append(_save(fig, out / PLOTS[3]))

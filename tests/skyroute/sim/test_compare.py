@@ -44,10 +44,11 @@ def test_another_seed_draws_other_client_regions(result: Comparison) -> None:
     assert not np.array_equal(other.work.client, result.work.client)
 
 
-def test_every_policy_runs_against_the_bound(result: Comparison) -> None:
+def test_every_policy_runs_against_both_bounds(result: Comparison) -> None:
     assert [s.policy for s in result.summaries] == list(POLICIES)
-    assert result.bound.total_usd > 0
-    assert all(s.gap is not None for s in result.summaries)
+    assert result.integer_bound is not None
+    assert result.integer_bound.total_usd >= result.bound.total_usd * (1 - 1e-6) > 0
+    assert all(s.gap is not None and s.gap_integer is not None for s in result.summaries)
 
 
 def test_plots_are_written(result: Comparison, tmp_path) -> None:
@@ -61,9 +62,11 @@ def test_json_holds_every_policy_and_the_bound(result: Comparison, tmp_path) -> 
     doc = json.loads(write_json(result, {"seed": 7}, tmp_path / "r.json").read_text())
     assert [p["summary"]["policy"] for p in doc["policies"]] == list(POLICIES)
     assert doc["bound"]["total_usd"] == pytest.approx(result.bound.total_usd)
+    assert doc["integer_bound"]["kind"] == "integer"
 
 
-def test_table_has_a_row_per_policy_and_the_bound(result: Comparison) -> None:
+def test_table_has_a_row_per_policy_and_per_bound(result: Comparison) -> None:
     rows = [r for r in format_table(result).splitlines() if r.startswith("|")]
-    assert len(rows) == 2 + len(POLICIES) + 1
-    assert rows[-1].startswith("| LP bound |")
+    assert len(rows) == 2 + len(POLICIES) + 2
+    assert rows[-2].startswith("| LP bound |")
+    assert rows[-1].startswith("| integer bound |")
