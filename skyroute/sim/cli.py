@@ -9,18 +9,38 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+from router.policy import Policy
 from router.policy_loader import load_policy
 from skyroute.sim.compare import POLICIES, compare
 from skyroute.sim.engine import SimConfig, Workload
 from skyroute.sim.errors import SimulationError
+from skyroute.sim.planner import PlannerScaler, sim_config
 from skyroute.sim.progress import ProgressBar
 from skyroute.sim.report import format_table, write_json, write_plots
+from skyroute.sim.scaler import ReactiveScaler, Scaler
 from skyroute.sim.spec import FleetSpec, auto_scale, parse_fraction
 from skyroute.sim.trace import read_trace
 
 _LONG_RUN = 20_000  # request-runs above which the progress bar is shown
+
+
+def _reactive(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
+    return ReactiveScaler
+
+
+def _planner(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
+    return partial(PlannerScaler.build, policy, spec, sim_config())
+
+
+# --scaler NAME -> a factory of fresh scalers (one per policy run) for the fleet.
+SCALERS: dict[str, Callable[[Policy, FleetSpec], Callable[[], Scaler]]] = {
+    "reactive": _reactive,
+    "planner": _planner,
+}
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -68,6 +88,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--provisioning-s", type=float, help="replica lead time (default: per pool)")
     p.add_argument("--warmup-s", type=float, default=600.0, help="replayed trace start, unmeasured")
     p.add_argument("--tick-s", type=float, default=10.0, help="scaler period, s")
+    p.add_argument(
+        "--scaler",
+        choices=sorted(SCALERS),
+        default="reactive",
+        help="autoscaler in the loop, the same for every policy: 'reactive' (the simulator's "
+        "per-pool HPA-like scaler) or 'planner' (the autoscaler sidecar's decide(): "
+        "forecast and cheapest-mix MILP, every 60 s)",
+    )
     p.add_argument("--bound-window-s", type=float, default=60.0, help="bounds' window, s")
     p.add_argument(
         "--bound-block-s",
@@ -115,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         work,
         config,
         names,
+        scaler=SCALERS[args.scaler](policy, spec),
         window_s=args.bound_window_s,
         block_s=args.bound_block_s or None,
         progress=bar,
@@ -138,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "warmup_s": args.warmup_s,
         "tick_s": args.tick_s,
+        "scaler": args.scaler,
         "bound_window_s": args.bound_window_s,
         "bound_block_s": args.bound_block_s,
     }

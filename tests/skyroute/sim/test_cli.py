@@ -43,3 +43,16 @@ def test_client_region_weights_parse() -> None:
 def test_a_malformed_weight_is_refused() -> None:
     with pytest.raises(SimulationError, match="REGION=WEIGHT"):
         parse_weights("aws:us-east-1")
+
+
+def test_simulate_runs_the_autoscalers_decide_when_asked(tmp_path, capsys) -> None:
+    args = _parse([
+        "simulate", "--trace", str(AZURE_HEAD), "--scale-fleet", "1/64", "--scaler", "planner",
+        "--policies", "skyroute", "--warmup-s", "20", "--bound-block-s", "0",
+        "--out", str(tmp_path), "--no-plots",
+    ])  # fmt: skip
+    assert args.func(args) == 0
+    assert "| integer bound |" not in capsys.readouterr().out
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert doc["scenario"]["scaler"] == "planner"
+    assert doc["integer_bound"] is None
