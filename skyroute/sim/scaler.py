@@ -3,8 +3,8 @@
 Every ``tick_s`` the engine records a DemandSample, asks ``decide(now, history, state)``
 for each pool's target replicas, and applies it (new replicas ready after the pool's
 provisioning time). The same scaler runs for every routing policy, so a policy changes the
-bill only through where it puts load. The real autoscaler's pure ``decide()`` (in
-``autoscaler/``) can be plugged in behind the same protocol.
+bill only through where it puts load. The real autoscaler's ``decide()`` (in
+``autoscaler/``) runs behind the same protocol in ``skyroute.sim.planner``.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class FleetState:
     goodput_tokens_per_s: FloatArray
     usd_per_token: FloatArray
     allowed: BoolArray
+    ttft_slo_s: float
 
     @classmethod
     def static(cls, spec: FleetSpec) -> FleetState:
@@ -77,11 +78,13 @@ class FleetState:
             ),
             usd_per_token=spec.usd_per_token,
             allowed=np.isfinite(spec.rtt_s),
+            ttft_slo_s=spec.slo.ttft_ms / 1000.0,
         )
 
 
 class Scaler(Protocol):
-    """Decides target replicas per pool. Pure: same inputs, same targets."""
+    """Decides target replicas per pool. Deterministic; a scaler may keep state from
+    call to call within one run, so each run gets a fresh one."""
 
     def decide(
         self, now: float, demand_history: Sequence[DemandSample], fleet_state: FleetState
@@ -106,21 +109,27 @@ class ReactiveScaler:
     """Follows the work routed to each pool, with headroom, like an HPA per pool.
 
     Work is slot-seconds per second with every request priced at the SLO occupancy: (prompt
-    / prefill rate + (output - 1) × TPOT at ``slo_slots``) over ``lookback_s``, or the
-    requests held (running and queued) at the end of the window if more: a backlog. Pricing
-    decode at the full-batch TPOT overstates work at light load; that, with
-    ``utilisation``, is the headroom that rides out the provisioning delay. A pool needs
-    work / (slo_slots × ``utilisation``) replicas. Work beyond ``max_replicas`` full
-    replicas spills, as output tokens/s split by the client regions it came from, to the
-    pools each region may use, cheapest per token first (a price expander, as in
-    cluster-autoscaler). Scale-down is stabilised: the
+    / prefill rate + (output - 1) × TPOT at ``slo_slots``) over ``lookback_s``. A backlog
+    adds to it: the requests queued at the end of the window beyond those the ready slots
+    start within the TTFT SLO (at the window's mean slot-seconds per request), priced so
+    that it clears within ``lookback_s``. A queue that drains in time is not a backlog: it
+    is what a router that fills a pool up to its SLO leaves, and counting it held idle
+    spill replicas. (A pool with a queue and no arrivals in the window needs its running
+    and queued requests' slots.) Pricing decode at the full-batch TPOT overstates work at
+    light load; that, with ``utilisation``, is the headroom that rides out the
+    provisioning delay. A pool needs work / (slo_slots × ``utilisation``) replicas. Work
+    beyond ``max_replicas`` full replicas spills, as output tokens/s split by the client
+    regions it came from, to the pools each region may use, cheapest per token first (a
+    price expander, as in cluster-autoscaler). Scale-down is stabilised: the
     target is the largest need computed at any tick of the last ``down_window_s``, so
-    demand has left it about ``lookback_s + down_window_s`` after it stopped.
+    demand has left it about ``lookback_s + down_window_s`` after it stopped: 300 s, a
+    replica's provisioning time, by default (ski rental: an idle replica is held about as
+    long as a boot would cost).
     """
 
     utilisation: float = 0.8
     lookback_s: float = 60.0
-    down_window_s: float = 180.0
+    down_window_s: float = 240.0
 
     def decide(
         self, now: float, demand_history: Sequence[DemandSample], fleet_state: FleetState
@@ -148,8 +157,15 @@ class ReactiveScaler:
         prompt = sum(s.prompt_tokens for s in window)
         by_region = (prompt / st.prefill_tokens_per_s + decode * st.tpot_at_slo_s) / seconds
         work = by_region.sum(axis=0)
-        # A backlog needs slots too: the requests held at the end of the window, if more.
-        held = window[-1].running + window[-1].waiting
+        requests = np.sum([s.arrivals for s in window], axis=(0, 1))
+        per_request = work * seconds / np.maximum(requests, 1.0)  # slot-s per request
+        starts = st.ready * st.slo_slots * st.ttft_slo_s / np.maximum(per_request, 1e-9)
+        backlog = np.maximum(window[-1].waiting - starts, 0.0)
+        held = np.where(
+            requests > 0,
+            work + backlog * per_request / self.lookback_s,
+            window[-1].running + window[-1].waiting,
+        )
         full = np.maximum(work, held) / np.maximum(st.slo_slots, 1)
         need: FloatArray = full / self.utilisation
         over = np.maximum(full - st.max_replicas, 0.0) * st.goodput_tokens_per_s

@@ -63,7 +63,7 @@ def test_scale_down_waits_until_the_lookback_and_down_window_are_quiet() -> None
     assert scaler.decide(290.0, busy + quiet, STATE).tolist() == [0, 0]
 
 
-def test_a_backlog_counts_as_work_even_without_new_requests() -> None:
+def test_a_queue_without_new_requests_needs_slots_for_every_request_held() -> None:
     # 3 queued at dear: 3 slots -> 3 / (2 × 0.8) = 1.9 -> 2 replicas.
     sample = replace(_sample(10.0, 0), waiting=np.array([0.0, 3.0]))
     assert ReactiveScaler().decide(10.0, [sample], STATE).tolist() == [0, 2]
@@ -72,3 +72,21 @@ def test_a_backlog_counts_as_work_even_without_new_requests() -> None:
 def test_static_scaler_keeps_every_pool_as_it_is() -> None:
     state = replace(STATE, booting=np.array([1, 0]), ready=np.array([2, 1]))
     assert StaticScaler().decide(0.0, [], state).tolist() == [3, 1]
+
+
+def test_a_queue_the_ready_slots_start_within_the_ttft_slo_is_not_a_backlog() -> None:
+    # 5 requests per 10 s = 1 busy slot (2 slot-s each): 1 replica. With 1 ready replica
+    # (2 slots) and a 2 s TTFT SLO, 2 × 2 s / 2 slot-s = 2 queued requests start in time.
+    state = replace(STATE, ready=np.array([1, 0]), ttft_slo_s=2.0)
+    history = [_sample(10.0 * k, 5) for k in range(1, 7)]
+    history[-1] = replace(history[-1], waiting=np.array([2.0, 0.0]))
+    assert ReactiveScaler().decide(60.0, history, state).tolist() == [1, 0]
+
+
+def test_a_queue_beyond_the_ttft_slo_is_a_backlog_cleared_within_the_lookback() -> None:
+    # 32 queued: 30 beyond the 2 that start in time, 60 slot-s over the 60 s lookback = 1
+    # more busy slot: 2 slots / (2 × 0.8) -> 2 replicas.
+    state = replace(STATE, ready=np.array([1, 0]), ttft_slo_s=2.0)
+    history = [_sample(10.0 * k, 5) for k in range(1, 7)]
+    history[-1] = replace(history[-1], waiting=np.array([32.0, 0.0]))
+    assert ReactiveScaler().decide(60.0, history, state).tolist() == [2, 0]
