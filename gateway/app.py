@@ -18,6 +18,7 @@ from adapters.upstream import UpstreamClient
 from gateway import http_errors, openapi_schemas
 from gateway.context import build_gateway
 from gateway.dashboard import dashboard_router
+from gateway.fast_paths import GatewayApp
 from gateway.proxy import Forwarder
 from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
@@ -85,7 +86,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             await upstream.close()
             await gw.tables.redis.aclose()
 
-    app = FastAPI(
+    app = GatewayApp(
         title="skyroute",
         version="0.1.0",
         summary="OpenAI-compatible gateway: the cheapest pool that meets the SLO.",
@@ -95,7 +96,9 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     )
     app.state.gateway = gw
     http_errors.install(app)
-    app.router.routes.extend(openai_routes(gw))
+    routes = openai_routes(gw)
+    app.router.routes.extend(routes)
+    app.add_fast_routes(routes)
     app.include_router(admin_router(gw))
     app.include_router(tenants_router(gw))
     app.include_router(ops_router(gw))
