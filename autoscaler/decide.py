@@ -5,7 +5,8 @@ Each cycle:
 1. forecast every (model, client region) over the horizon (``autoscaler.demand``);
 2. correct each pool's goodput from what it measured while the SLO held;
 3. recommend the cheapest mix for the forecast plus a margin (``autoscaler.milp``),
-   and remember it for the stabilisation window;
+   and remember it for the stabilisation window. The spot cap applies to the forecast
+   mean: the margin up to the upper quantile may sit on the cheapest pools, spot too;
 4. plan the cheapest mix within this cycle's bounds: up by at most ``max_step``; down
    only after the cooldown, with a reliable forecast, no lower than any recommendation
    in the window, and by at most ``max_step``. If the budget leaves no solution the
@@ -73,6 +74,7 @@ def _problem(
     lines: Sequence[LineForecast],
     feasible: BoolArray,
     demand: FloatArray,
+    firm: FloatArray,
     lower: IntArray,
     upper: IntArray,
     config: ScalerConfig,
@@ -91,6 +93,7 @@ def _problem(
         feasible=feasible,
         budget_usd_per_hour=config.budget_usd_per_hour,
         spot_cap=config.spot_cap,
+        firm=firm,
     )
 
 
@@ -176,10 +179,12 @@ def decide(
     lines = forecast_lines(history, policy, config)
     feasible = _feasible(fleet, lines, policy)
     required = np.asarray([ln.upper * config.headroom for ln in lines], dtype=np.float64)
+    # The spot cap holds for the expected demand; the margin above it may go to spot.
+    firm = np.asarray([ln.mean * config.headroom for ln in lines], dtype=np.float64)
     reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
 
     def problem(lower: IntArray, upper: IntArray, demand: FloatArray) -> MixProblem:
-        return _problem(fleet, lines, feasible, demand, lower, upper, config)
+        return _problem(fleet, lines, feasible, demand, firm, lower, upper, config)
 
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
     raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))

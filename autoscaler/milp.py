@@ -6,7 +6,8 @@ is a MILP, solved with HiGHS through ``scipy.optimize.milp``:
     minimise    Σ_p cost_p · n_p  +  ε Σ_p |n_p − current_p|  +  M Σ_l short_l
     subject to  Σ_{p feasible for l} x_{p,l} + short_l ≥ demand_l        every demand line l
                 Σ_l x_{p,l} ≤ goodput_p · n_p                            every pool p
-                Σ_{p spot, l of m} x_{p,l} ≤ spot_cap · Σ_{l of m} demand_l   every model m
+                Σ_{p spot, l of m} x_{p,l} ≤ Σ_{l of m} (demand_l − (1 − spot_cap) · firm_l)
+                                                                         every model m
                 Σ_p cost_p · n_p ≤ budget
                 lower_p ≤ n_p ≤ upper_p,  n_p integer,  x, short ≥ 0
 
@@ -14,6 +15,13 @@ A demand line is one model from one client region (tokens/s); ``x`` is the goodp
 pool gives a line. Shortfall is allowed but priced far above any replica, so it is used
 only when the bounds or the budget leave no other way, and then it says how much is
 missing. The ε term prefers, among equally cheap mixes, the one closest to now.
+
+``firm`` is the part of the demand that must not hang on spot capacity beyond the spot
+cap (by default all of it, which makes the spot row read Σ spot x ≤ spot_cap · demand).
+The planner passes the forecast mean: on-demand replicas then carry at least
+(1 − spot_cap) of the expected demand, and the margin above it (upper quantile − mean)
+may go to the cheapest pool that can serve it, spot included. That margin exists for
+the rare window that needs it, which is exactly the capacity a reclaim may take.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ class MixProblem:
     pinned by their bounds). ``goodput``: tokens/s per replica within the SLO (0: the
     pool counts no capacity). ``feasible[p, l]``: pool p can serve line l within its
     SLO. ``pool_model`` and ``line_model``: model index of each pool and line.
+    ``firm``: tokens/s per line that on-demand pools must carry (1 − ``spot_cap``) of
+    (None: all of ``demand``; values above ``demand`` count as ``demand``).
     """
 
     cost: FloatArray
@@ -50,6 +60,7 @@ class MixProblem:
     feasible: BoolArray
     budget_usd_per_hour: float | None = None
     spot_cap: float = 1.0
+    firm: FloatArray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,13 +121,16 @@ def solve_mix(problem: MixProblem, time_limit_s: float = 10.0) -> MixSolution | 
             low.append(-np.inf)
             high.append(sign * float(pr.current[pool]))
     if pr.spot_cap < 1.0:
+        firm = pr.demand if pr.firm is None else np.clip(pr.firm, 0.0, pr.demand)
         for model in np.unique(pr.line_model):
             spot_pairs = pr.spot[pairs[:, 0]] & (pr.line_model[pairs[:, 1]] == model)
             if spot_pairs.any():
                 r = row()
                 r[xs][spot_pairs] = 1.0
                 low.append(-np.inf)
-                high.append(pr.spot_cap * float(pr.demand[pr.line_model == model].sum()))
+                mine = pr.line_model == model
+                flexible = float(pr.demand[mine].sum()) - float(firm[mine].sum())
+                high.append(pr.spot_cap * float(firm[mine].sum()) + flexible)
     if pr.budget_usd_per_hour is not None:
         r = row()
         r[:n_pools] = pr.cost

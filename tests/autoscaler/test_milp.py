@@ -1,0 +1,45 @@
+"""The mix program on its own: the spot cap against firm demand and margin."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autoscaler.milp import MixProblem, solve_mix
+
+
+def _problem(demand: float, firm: float | None) -> MixProblem:
+    # One line, a spot pool at 0.3 $/h and an on-demand one at 1 $/h, 1000 tokens/s each.
+    return MixProblem(
+        cost=np.asarray([0.3, 1.0]),
+        goodput=np.asarray([1000.0, 1000.0]),
+        lower=np.zeros(2, dtype=np.intp),
+        upper=np.full(2, 20, dtype=np.intp),
+        current=np.zeros(2, dtype=np.intp),
+        spot=np.asarray([True, False]),
+        pool_model=np.zeros(2, dtype=np.intp),
+        demand=np.asarray([demand]),
+        line_model=np.zeros(1, dtype=np.intp),
+        feasible=np.ones((2, 1), dtype=np.bool_),
+        spot_cap=0.5,
+        firm=None if firm is None else np.asarray([firm]),
+    )
+
+
+def test_without_firm_demand_the_cap_holds_for_all_of_it() -> None:
+    solution = solve_mix(_problem(6000.0, None))
+    assert solution is not None
+    assert list(solution.replicas) == [3, 3]
+
+
+def test_the_margin_above_firm_demand_goes_to_the_cheapest_pool() -> None:
+    # 4000 expected, 6000 to cover: on demand carries half the 4000, spot the rest.
+    solution = solve_mix(_problem(6000.0, 4000.0))
+    assert solution is not None
+    assert list(solution.replicas) == [4, 2]
+    assert float(solution.shortfall.sum()) == 0.0
+
+
+def test_firm_demand_above_the_demand_counts_as_the_demand() -> None:
+    solution = solve_mix(_problem(6000.0, 9000.0))
+    assert solution is not None
+    assert list(solution.replicas) == [3, 3]
