@@ -1,8 +1,10 @@
-"""An aiohttp connection pool to OpenAI-compatible engines (vLLM, SGLang, TGI, …).
+"""A pool of HTTP/1.1 keep-alive connections to OpenAI-compatible engines (vLLM, SGLang,
+TGI, …).
 
-aiohttp rather than httpx on this path: a FastAPI proxy on ``httpx.AsyncClient`` spent
-~1.8 ms of CPU per request on these machines, one on an ``aiohttp.ClientSession`` ~0.23
-ms (DESIGN.md). httpx is used off the hot path (cloud and pricing APIs, tests).
+Not httpx or aiohttp on this path: a FastAPI proxy on ``httpx.AsyncClient`` spent ~1.8 ms
+of CPU per request on these machines, one on ``aiohttp.ClientSession`` ~0.23 ms
+(DESIGN.md), and this pool of ``adapters.upstream.connection`` protocols less than half
+of that. httpx is used off the hot path (cloud and pricing APIs, tests).
 
 Foreign exceptions become skyroute's ``Upstream*`` errors here, once.
 """
@@ -10,17 +12,15 @@ Foreign exceptions become skyroute's ``Upstream*`` errors here, once.
 from __future__ import annotations
 
 import asyncio
+import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from urllib.parse import urlsplit
 
-import aiohttp
-
-from router.errors import (
-    UpstreamConnectError,
-    UpstreamStreamError,
-    UpstreamTimeout,
-)
+from adapters.upstream.connection import Connection
+from router.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,15 @@ class UpstreamTimeouts:
     idle_s: float
 
 
+@dataclass(frozen=True)
+class _Target:
+    """Where a URL's request goes, parsed once per URL."""
+
+    key: tuple[str, str, int]  # scheme, host, port: one pool each
+    path: bytes
+    host_header: bytes
+
+
 class UpstreamResponse:
     """An upstream response whose headers have arrived. Close it (or use ``async with``).
 
@@ -40,34 +49,30 @@ class UpstreamResponse:
     when the idle timeout passes between two reads).
     """
 
-    __slots__ = ("_resp", "status")
+    __slots__ = ("_conn", "_idle_s", "_pool", "status")
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self._resp = resp
-        self.status = resp.status
+    def __init__(self, conn: Connection, pool: _HostPool, idle_s: float) -> None:
+        self._conn = conn
+        self._pool = pool
+        self._idle_s = idle_s
+        self.status = conn.status
 
     async def read(self) -> bytes:
         """The whole body. Raises UpstreamTimeout or UpstreamStreamError."""
-        try:
-            return await self._resp.read()
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamTimeout("upstream body timed out") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamStreamError(f"upstream body failed: {exc}") from exc
+        parts = []
+        while chunk := await self._conn.next_chunk(self._idle_s):
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """Bytes as they arrive. Raises UpstreamTimeout or UpstreamStreamError mid-way."""
-        try:
-            async for chunk in self._resp.content.iter_any():
-                yield chunk
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamTimeout("upstream stream went idle") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamStreamError(f"upstream stream failed: {exc}") from exc
+        while chunk := await self._conn.next_chunk(self._idle_s):
+            yield chunk
 
     def close(self) -> None:
-        """Release the connection (aborts it if the body was not read). Idempotent."""
-        self._resp.release()
+        """Release the connection: back to the pool if the body was read to the end,
+        dropped otherwise. Idempotent."""
+        self._pool.release(self._conn)
 
     async def __aenter__(self) -> UpstreamResponse:
         return self
@@ -81,26 +86,166 @@ class UpstreamResponse:
         self.close()
 
 
+class _HostPool:
+    """Keep-alive connections to one (scheme, host, port), at most ``limit`` open."""
+
+    def __init__(self, key: tuple[str, str, int], limit: int, tls: ssl.SSLContext | None) -> None:
+        self.key = key
+        self.limit = limit
+        self.tls = tls
+        self.idle: deque[Connection] = deque()
+        self.open = 0
+        self.busy: set[Connection] = set()
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self, connect_s: float) -> Connection:
+        """An idle live connection, else a new one. Waits while ``limit`` are busy.
+        Raises UpstreamConnectError or UpstreamTimeout (connect)."""
+        while True:
+            while self.idle:
+                conn = self.idle.pop()  # the most recent: the least likely to be stale
+                if not conn.closed:
+                    self.busy.add(conn)
+                    return conn
+                self.open -= 1
+            if self.open < self.limit:
+                break
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self.waiters:
+                    self.waiters.remove(waiter)
+        self.open += 1
+        try:
+            conn = await self._connect(connect_s)
+        except BaseException:
+            self.open -= 1
+            self._wake_one()
+            raise
+        self.busy.add(conn)
+        return conn
+
+    async def _connect(self, connect_s: float) -> Connection:
+        scheme, host, port = self.key
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(connect_s):
+                _, conn = await loop.create_connection(
+                    Connection,
+                    host,
+                    port,
+                    ssl=self.tls,
+                    server_hostname=host if self.tls else None,
+                )
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"no connection to {scheme}://{host}:{port} within {connect_s:.1f}s"
+            ) from exc
+        except (OSError, ssl.SSLError) as exc:
+            raise UpstreamConnectError(f"cannot reach {scheme}://{host}:{port}: {exc}") from exc
+        return conn
+
+    def release(self, conn: Connection) -> None:
+        """Give ``conn`` back: kept if reusable, aborted otherwise. Idempotent."""
+        if conn not in self.busy:
+            return
+        self.busy.discard(conn)
+        if conn.reusable:
+            self.idle.append(conn)
+        else:
+            conn.abort()
+            self.open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        for conn in (*self.idle, *self.busy):
+            conn.abort()
+        self.idle.clear()
+        self.busy.clear()
+        self.open = 0
+
+
 class UpstreamClient:
-    """One pooled aiohttp session shared by every request of a gateway process.
+    """Pooled keep-alive connections shared by every request of a gateway process.
 
     Create it inside the running event loop and ``await close()`` at shutdown.
+    ``max_per_host`` bounds the connections to one engine address; requests beyond it
+    wait for a free one (within their connect timeout budget).
     """
 
-    def __init__(self, *, max_connections: int = 1024, max_per_host: int = 256) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=max_connections,
-            limit_per_host=max_per_host,
-            ttl_dns_cache=300,
-            enable_cleanup_closed=False,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            # The gateway sets its own timeouts per call; never a silent default.
-            timeout=aiohttp.ClientTimeout(total=None),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
-        )
+    def __init__(self, *, max_per_host: int = 256, tls: ssl.SSLContext | None = None) -> None:
+        self._max_per_host = max_per_host
+        self._tls = tls
+        self._pools: dict[tuple[str, str, int], _HostPool] = {}
+        self._targets: dict[str, _Target] = {}
+
+    def _target(self, url: str) -> _Target:
+        target = self._targets.get(url)
+        if target is None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise UpstreamConnectError(f"not an http(s) URL: {url!r}")
+            default = 443 if parts.scheme == "https" else 80
+            port = parts.port or default
+            host = parts.hostname
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            netloc = host if port == default else f"{host}:{port}"
+            if ":" in host:  # IPv6 literal
+                netloc = f"[{host}]" if port == default else f"[{host}]:{port}"
+            target = _Target((parts.scheme, host, port), path.encode(), netloc.encode())
+            if len(self._targets) < 4096:  # pool URLs are few; never grow without bound
+                self._targets[url] = target
+        return target
+
+    def _pool(self, target: _Target) -> _HostPool:
+        pool = self._pools.get(target.key)
+        if pool is None:
+            tls = None
+            if target.key[0] == "https":
+                self._tls = tls = self._tls or ssl.create_default_context()
+            pool = self._pools[target.key] = _HostPool(target.key, self._max_per_host, tls)
+        return pool
+
+    async def _exchange(
+        self,
+        method: bytes,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeouts: UpstreamTimeouts,
+    ) -> UpstreamResponse:
+        target = self._target(url)
+        pool = self._pool(target)
+        head = _head(method, target, headers, len(body))
+        for attempt in range(2):
+            conn = await pool.acquire(timeouts.connect_s)
+            try:
+                conn.send(head, body)
+                await conn.headers(timeouts.first_byte_s)
+            except UpstreamError as exc:
+                pool.release(conn)
+                stale = conn.used > 1 and not conn.received
+                if attempt == 0 and stale and isinstance(exc, UpstreamConnectError):
+                    # The engine closed an idle keep-alive connection as we reused it;
+                    # it never read this request, so sending it again is safe.
+                    continue
+                if isinstance(exc, UpstreamTimeout):
+                    raise UpstreamTimeout(f"{url}: {exc}") from exc
+                raise UpstreamConnectError(f"cannot reach {url}: {exc}") from exc
+            except BaseException:
+                pool.release(conn)  # cancelled mid-exchange: the connection is dropped
+                raise
+            return UpstreamResponse(conn, pool, timeouts.idle_s)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def post(
         self,
@@ -111,37 +256,41 @@ class UpstreamClient:
     ) -> UpstreamResponse:
         """POST ``body`` to ``url`` and wait for the response headers.
 
-        Raises UpstreamConnectError (no connection), UpstreamTimeout (no headers within
+        Raises UpstreamConnectError (no connection, or it closed before the headers),
+        UpstreamTimeout (no connection within ``connect_s`` or no headers within
         ``first_byte_s``). The caller owns the returned response and must close it.
         """
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=timeouts.connect_s, sock_read=timeouts.idle_s
-        )
-        try:
-            async with asyncio.timeout(timeouts.first_byte_s):
-                resp = await self._session.post(url, data=body, headers=headers, timeout=timeout)
-        except TimeoutError as exc:
-            raise UpstreamTimeout(
-                f"no response from {url} within {timeouts.first_byte_s:.1f}s"
-            ) from exc
-        except aiohttp.ServerTimeoutError as exc:
-            raise UpstreamTimeout(f"timed out talking to {url}: {exc}") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamConnectError(f"cannot reach {url}: {exc}") from exc
-        return UpstreamResponse(resp)
+        return await self._exchange(b"POST", url, body, headers, timeouts)
 
     async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
-        """GET ``url`` and read the body (probes, model lists). Raises UpstreamConnectError
-        or UpstreamTimeout."""
+        """GET ``url`` and read the body (probes, model lists), all within ``timeout_s``.
+        Raises UpstreamConnectError or UpstreamTimeout."""
+        timeouts = UpstreamTimeouts(timeout_s, timeout_s, timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
-                async with self._session.get(url) as resp:
+                async with await self._exchange(b"GET", url, b"", {}, timeouts) as resp:
                     return resp.status, await resp.read()
         except TimeoutError as exc:
             raise UpstreamTimeout(f"no response from {url} within {timeout_s:.1f}s") from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamConnectError(f"cannot reach {url}: {exc}") from exc
 
     async def close(self) -> None:
         """Close every pooled connection. Idempotent."""
-        await self._session.close()
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+
+def _head(method: bytes, target: _Target, headers: Mapping[str, str], length: int) -> bytes:
+    lines = [
+        method + b" " + target.path + b" HTTP/1.1",
+        b"host: " + target.host_header,
+        b"content-length: " + str(length).encode(),
+    ]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            # The server side's parser never lets these through; a header built here
+            # with them would split the request.
+            raise UpstreamConnectError(f"refusing a header with a line break: {name!r}")
+        lines.append(f"{name}: {value}".encode("latin-1"))
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines)
