@@ -18,6 +18,7 @@ the per-request records.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -88,8 +89,17 @@ class UsageRecord:
 
 def period_ids(now_s: float) -> tuple[str, str, str]:
     """(hour, day, month) ids of the budget periods containing ``now_s`` (UTC)."""
-    t = datetime.fromtimestamp(now_s, UTC)
+    return _hour_period_ids(int(now_s // 3600))
+
+
+@functools.lru_cache(maxsize=256)
+def _hour_period_ids(hour: int) -> tuple[str, str, str]:
+    # Every flush asks this for each record; the answer only changes once an hour.
+    t = datetime.fromtimestamp(hour * 3600, UTC)
     return t.strftime("h%Y%m%d%H"), t.strftime("d%Y%m%d"), t.strftime("m%Y%m")
+
+
+_METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
 
 
 def _s(value: Any) -> str:
@@ -228,9 +238,11 @@ class AccessTables:
         in process first, so a flush of a thousand requests of one tenant costs a few
         dozen counter updates, not tens of thousands.
         """
-        rollups: dict[tuple[str, str], int] = {}
-        spend: dict[str, int] = {}
+        # Sum per (tenant, hour, pool, model, region, provider) first: a flush holds
+        # many requests of few such groups, and each group expands to 20 roll-up fields.
+        groups: dict[tuple[str, int, str, str, str, str], list[int]] = {}
         tpm: dict[str, int] = {}
+        stream = self._k("usage")
         for r in records:
             fields: dict[Any, Any] = {
                 "ts": f"{r.ts_s:.3f}", "id": r.request_id, "tenant": r.tenant, "model": r.model,
@@ -238,23 +250,33 @@ class AccessTables:
                 "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                 "cost_nusd": r.cost_nusd, "status": r.status,
             }  # fmt: skip
-            pipe.xadd(self._k("usage"), fields, maxlen=USAGE_STREAM_MAXLEN, approximate=True)
-            hour = self._k("usage", r.tenant, period_ids(r.ts_s)[0])
-            for group, value in (("pool", r.pool), ("model", r.model), ("region", r.region),
-                                 ("provider", r.provider), ("total", "all")):  # fmt: skip
-                for metric, amount in (("requests", 1), ("prompt_tokens", r.prompt_tokens),
-                                       ("completion_tokens", r.completion_tokens),
-                                       ("cost_nusd", r.cost_nusd)):  # fmt: skip
-                    key = (hour, f"{group}|{value}|{metric}")
-                    rollups[key] = rollups.get(key, 0) + amount
-            for period in period_ids(r.ts_s):
-                skey = self._k("spend", r.tenant, period)
-                spend[skey] = spend.get(skey, 0) + r.cost_nusd
+            pipe.xadd(stream, fields, maxlen=USAGE_STREAM_MAXLEN, approximate=True)
+            gkey = (r.tenant, int(r.ts_s // 3600), r.pool, r.model, r.region, r.provider)
+            sums = groups.get(gkey)
+            if sums is None:
+                sums = groups[gkey] = [0, 0, 0, 0]
+            sums[0] += 1
+            sums[1] += r.prompt_tokens
+            sums[2] += r.completion_tokens
+            sums[3] += r.cost_nusd
             if r.est_tokens:
                 # TPM was charged on an estimate at admission; give back (or take) the difference.
                 tpm[r.tenant] = (
                     tpm.get(r.tenant, 0) + r.est_tokens - (r.prompt_tokens + r.completion_tokens)
                 )
+        rollups: dict[tuple[str, str], int] = {}
+        spend: dict[str, int] = {}
+        for (tenant, hour_n, pool, model, region, provider), sums in groups.items():
+            periods = _hour_period_ids(hour_n)
+            hour = self._k("usage", tenant, periods[0])
+            for group, value in (("pool", pool), ("model", model), ("region", region),
+                                 ("provider", provider), ("total", "all")):  # fmt: skip
+                for metric, amount in zip(_METRICS, sums, strict=True):
+                    key = (hour, f"{group}|{value}|{metric}")
+                    rollups[key] = rollups.get(key, 0) + amount
+            for period in periods:
+                skey = self._k("spend", tenant, period)
+                spend[skey] = spend.get(skey, 0) + sums[3]
         for (hour, field_name), amount in rollups.items():
             pipe.hincrby(hour, field_name, amount)
         for hour in {h for h, _ in rollups}:
