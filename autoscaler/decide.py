@@ -12,7 +12,7 @@ Each cycle:
    in the window, and by at most ``max_step``. If the budget leaves no solution the
    bounds give way in that order (named in ``Plan.relaxed``);
 5. make before break: a model's scale-down waits while its ready replicas after it
-   would not cover the demand until the next cycle.
+   would not cover the demand until replicas ordered now are ready.
 
 No I/O and no clock: the time is ``history.now_s``.
 """
@@ -139,7 +139,8 @@ def _make_before_break(
     fleet: Fleet, target: IntArray, lines: Sequence[LineForecast], config: ScalerConfig
 ) -> tuple[IntArray, set[str]]:
     """Undo a model's scale-downs while its ready capacity after them would not cover
-    its demand until the next cycle (unless undoing them would break the budget)."""
+    its demand until replicas ordered now are ready (unless undoing them would break
+    the budget)."""
     out = target.copy()
     waiting: set[str] = set()
     for model in sorted({s.model for s in fleet.specs}):

@@ -1,9 +1,11 @@
 """From recorded demand to what must be covered: one forecast per model and client region.
 
 Demand is counted in tokens/s: output tokens for chat models (what a replica's goodput
-is measured in), input tokens for embedding models. The horizon runs from now to when
-capacity ordered now would be replaced by the next order: the model's longest pool
-provisioning time plus one cycle.
+is measured in), input tokens for embedding models. Two spans matter. Until the model's
+longest pool provisioning time (the lead time) has passed, only the replicas ready now
+can serve, so scale-downs must leave them enough (``upper_now``). What is ordered now
+serves from then until the next cycle's order lands, one cycle later (``mean`` and
+``upper``).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ class DemandHistory:
 class LineForecast:
     """Forecast demand of one (model, client region), tokens/s.
 
-    ``mean``/``upper``: the highest over the planning horizon; ``upper_now``: the
-    highest until the next cycle (what ready replicas must cover while new ones boot).
+    ``mean``/``upper``: the highest from when capacity ordered now is ready until the
+    next order would be (lead time to lead time + one cycle); ``upper_now``: the highest
+    until capacity ordered now is ready (what ready replicas must cover meanwhile).
     ``prompt_tokens``: mean prompt length (tokens), for the TTFT check.
     """
 
@@ -108,11 +111,12 @@ def forecast_lines(
     for (model, region), grid in grids.items():
         embedding = policy.models[model].kind == "embedding"
         tokens = grid["prompt_tokens" if embedding else "output_tokens"][first:]
-        until = history.now_s + lead_time_s(policy, model) + config.interval_s
+        ready_s = history.now_s + lead_time_s(policy, model)
+        until = ready_s + config.interval_s
         horizon = max(math.ceil((until - end) / fb), 1)
         fc: Forecast = forecast_rate(tokens / fb, start + first * fb, fb, horizon, config.forecast)
-        mean, upper = fc.peak(until)
-        _, upper_now = fc.peak(history.now_s + config.interval_s)
+        mean, upper = fc.peak(until, since_s=ready_s)
+        _, upper_now = fc.peak(ready_s)
         day = max(n - int(86_400 / fb), first)
         requests = float(grid["requests"][day:].sum())
         prompt = float(grid["prompt_tokens"][day:].sum())

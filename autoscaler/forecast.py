@@ -9,9 +9,15 @@ The model works on the log of the rate, so that cycles and errors are relative:
   follows bursts and slow drifts that no cycle explains;
 - how much of the seasonal shape to trust, ``w`` in [0, 1]: chosen by rolling-origin
   error over the recent history, so a series with a weak cycle is not made worse by it;
-- the spread: the empirical quantiles of the model's own h-step errors over the recent
-  history (split-conformal style), one per step ahead, so the upper quantile widens with
-  the horizon and with the series' recent volatility.
+- the mean and the median: the point forecast shifted by the mean and median of the
+  model's own h-step errors over the recent history, one per step ahead;
+- the upper quantile: a linear quantile regression (``autoscaler.quantreg``), one per
+  step ahead, of the deseasonalised log rate h steps on from each past bucket, on that
+  bucket's value, the two before it, the mean of the last hour and the mean absolute
+  change over the last hour (the recent volatility). The margin so depends on the state
+  of the series: wider when it is volatile, narrower where bursts tend to revert. With
+  too little history (or ``conditional`` off) it is the empirical quantile of the h-step
+  errors instead (split-conformal style).
 
 Pure NumPy/SciPy; no clock reads. Times are unix seconds, rates are per second.
 """
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.signal import lfilter  # type: ignore[import-untyped]
 
+from autoscaler.quantreg import quantile_regression
 from router.types import FloatArray
 
 __all__ = ["Forecast", "ForecastConfig", "forecast_rate"]
@@ -41,8 +48,11 @@ class ForecastConfig:
     - ``level_alpha``: EWMA weight of the newest bucket in the level (0-1];
     - ``selection_s``: the recent history whose errors choose the seasonal weight (a
       week, so that a weekend is in it);
-    - ``calibration_s``: the recent history whose errors set the quantiles (shorter,
-      to follow the series' volatility);
+    - ``calibration_s``: the recent history that the error shifts and the quantile
+      regression learn from (long: an upper quantile is set by rare bursts);
+    - ``conditional``: the upper quantile from the quantile regression (True) or from
+      the unconditional errors; ``min_regression_buckets``: less history falls back
+      to the unconditional errors;
     - ``min_buckets``: with less history the forecast is marked unreliable;
     - ``ridge``: shrinkage of the seasonal fit.
     """
@@ -51,7 +61,9 @@ class ForecastConfig:
     daily_harmonics: int = 3
     weekly: bool = True
     level_alpha: float = 0.5
-    calibration_s: float = 3 * DAY_S
+    calibration_s: float = 14 * DAY_S
+    conditional: bool = True
+    min_regression_buckets: int = 288
     selection_s: float = 7 * DAY_S
     seasonal_weights: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     min_buckets: int = 12
@@ -77,13 +89,19 @@ class Forecast:
     seasonal_weight: float
     reliable: bool
 
-    def peak(self, until_s: float) -> tuple[float, float]:
-        """The highest (mean, upper) over the buckets that start before ``until_s``
-        (at least the first bucket)."""
-        steps = max(1, min(len(self.mean), math.ceil((until_s - self.start_s) / self.bucket_s)))
+    def peak(self, until_s: float, since_s: float | None = None) -> tuple[float, float]:
+        """The highest (mean, upper) over the buckets that overlap [``since_s``,
+        ``until_s``) (``since_s`` None: from the first bucket); at least one bucket, the
+        one ``since_s`` falls in (clamped to the forecast)."""
         if len(self.mean) == 0:
             return 0.0, 0.0
-        return float(self.mean[:steps].max()), float(self.upper[:steps].max())
+        first = 0
+        if since_s is not None:
+            first = math.floor((since_s - self.start_s) / self.bucket_s)
+            first = min(max(first, 0), len(self.mean) - 1)
+        last = math.ceil((until_s - self.start_s) / self.bucket_s)
+        last = max(first + 1, min(len(self.mean), last))
+        return float(self.mean[first:last].max()), float(self.upper[first:last].max())
 
 
 def _terms(centres: FloatArray, config: ForecastConfig) -> FloatArray:
@@ -124,6 +142,39 @@ def _errors(x: FloatArray, s: FloatArray, w: float, alpha: float, h: int, first:
     level = _level(x - w * s[:n], alpha)
     origins = np.arange(max(first, 0), n - h)
     return x[origins + h] - (level[origins] + w * s[origins + h])
+
+
+_LAGS = 6  # buckets of recent history in the state: one hour at 10-minute buckets
+
+
+def _state(z: FloatArray) -> FloatArray:
+    """Regressors of the quantile regression per bucket t >= _LAGS (rows t - _LAGS ..):
+    1, z[t], z[t-1], z[t-2], the mean of the last _LAGS values and the mean absolute
+    change over them."""
+    windows = np.lib.stride_tricks.sliding_window_view(z, _LAGS + 1)
+    recent = windows[:, 1:]
+    return np.stack(
+        [
+            np.ones(len(windows)),
+            recent[:, -1],
+            recent[:, -2],
+            recent[:, -3],
+            recent.mean(axis=1),
+            np.abs(np.diff(windows, axis=1)).mean(axis=1),
+        ],
+        axis=1,
+    )
+
+
+def _conditional_upper(z: FloatArray, h: int, first: int, quantile: float) -> float | None:
+    """The ``quantile`` of z h buckets after the last, learnt from origins ``first`` ..
+    len(z)-1-h; None if the regression has no solution."""
+    state = _state(z)  # row i is bucket i + _LAGS
+    origins = np.arange(max(first, _LAGS), len(z) - h)
+    beta = quantile_regression(state[origins - _LAGS], z[origins + h], quantile)
+    if beta is None:
+        return None
+    return float(state[-1] @ beta)
 
 
 def _unreliable(rate: FloatArray, start_s: float, bucket_s: float, horizon: int) -> Forecast:
@@ -168,17 +219,21 @@ def forecast_rate(
         for w in config.seasonal_weights
     ]  # fmt: skip
     w = config.seasonal_weights[int(np.argmin(scores))]
-    level = _level(x - w * s[:n], alpha)[-1]
-    point = level + w * s[n:]
-    # Each step's error distribution turns the log-space point into a mean (smearing),
-    # a median and the upper quantile.
+    z = x - w * s[:n]
+    point = _level(z, alpha)[-1] + w * s[n:]
+    # Each step's error distribution turns the log-space point into a mean (smearing)
+    # and a median; the upper quantile is a shift too, so that it is clipped alike.
     shifts = np.empty((3, horizon))
+    conditional = config.conditional and n - horizon - _LAGS >= config.min_regression_buckets
     for h in range(1, horizon + 1):
         err = _errors(x, s, w, alpha, h, first)
+        upper = _conditional_upper(z, h, first, config.quantile) if conditional else None
         shifts[:, h - 1] = (
             math.log(float(np.mean(np.exp(err)))),
             float(np.median(err)),
-            float(np.quantile(err, config.quantile)),
+            float(np.quantile(err, config.quantile))
+            if upper is None
+            else upper + w * s[n + h - 1] - point[h - 1],
         )
     values = np.exp(point + shifts) - offset
     mean, median, upper = np.where(values > 1e-9, values, 0.0)

@@ -82,3 +82,47 @@ def test_peak_takes_the_highest_bucket_before_the_deadline() -> None:
     fc = forecast_rate(rate, T0, BUCKET, 4)
     mean, upper = fc.peak(fc.start_s + 2 * BUCKET)
     assert (mean, upper) == (float(fc.mean[:2].max()), float(fc.upper[:2].max()))
+
+
+def test_peak_since_takes_only_the_buckets_from_then() -> None:
+    rate = np.linspace(50.0, 150.0, 2 * PER_DAY)
+    fc = forecast_rate(rate, T0, BUCKET, 4)
+    mean, upper = fc.peak(fc.start_s + 3 * BUCKET, since_s=fc.start_s + BUCKET)
+    assert (mean, upper) == (float(fc.mean[1:3].max()), float(fc.upper[1:3].max()))
+    # A span inside one bucket still takes that bucket.
+    assert fc.peak(fc.start_s + 2.5 * BUCKET, since_s=fc.start_s + 2.2 * BUCKET) == (
+        float(fc.mean[2]),
+        float(fc.upper[2]),
+    )
+
+
+def _volatile_then_calm(rng: np.random.Generator, days: int) -> np.ndarray:
+    """Log-normal noise whose spread switches every 6 hours between 0.05 and 0.4."""
+    n = days * PER_DAY
+    regime = (np.arange(n) // 36) % 2 == 0
+    sigma = np.where(regime, 0.4, 0.05)
+    return np.asarray(100.0 * np.exp(sigma * rng.standard_normal(n)), dtype=np.float64)
+
+
+def test_the_conditional_quantile_is_narrow_when_calm_and_wide_when_volatile() -> None:
+    rate = _volatile_then_calm(np.random.default_rng(5), 6)
+    calm_end = 5 * PER_DAY + 36 + 30  # 30 buckets into a calm regime
+    wild_end = 5 * PER_DAY + 30  # 30 buckets into a volatile one
+    calm = forecast_rate(rate[:calm_end], T0, BUCKET, 1, ForecastConfig(quantile=0.9))
+    wild = forecast_rate(rate[:wild_end], T0, BUCKET, 1, ForecastConfig(quantile=0.9))
+    flat = forecast_rate(
+        rate[:calm_end], T0, BUCKET, 1, ForecastConfig(quantile=0.9, conditional=False)
+    )
+    assert calm.upper[0] / calm.median[0] < 1.3 < wild.upper[0] / wild.median[0]
+    # The unconditional quantile pays the volatile regime's margin in the calm one.
+    assert flat.upper[0] / flat.median[0] > 1.3
+
+
+def test_the_conditional_quantile_covers_about_its_share_across_regimes() -> None:
+    rate = _volatile_then_calm(np.random.default_rng(6), 5)
+    ends = range(3 * PER_DAY, 5 * PER_DAY - 1, 3)
+    config = ForecastConfig(quantile=0.9)
+    covered = [
+        forecast_rate(rate[:end], T0, BUCKET, 1, config).upper[0] >= rate[end] for end in ends
+    ]
+    assert 0.82 <= float(np.mean(covered)) <= 0.97
