@@ -135,26 +135,27 @@ class RequestFinisher:
                     }
                 },
             )
-        ctx.trace.set(
-            {
-                "gen_ai.usage.input_tokens": prompt,
-                "gen_ai.usage.output_tokens": completion,
-                "skyroute.status": status,
-                "skyroute.cost_usd": cost_usd,
-                **({"gen_ai.response.model": response_model} if response_model else {}),
-                **({"skyroute.ttft.measured_ms": ttft_ms} if ttft_ms is not None else {}),
-                **(
-                    {
-                        "skyroute.pool": pool.id,
-                        "skyroute.provider": pool.provider,
-                        "skyroute.region": pool.location,
-                        "skyroute.attempts": attempt.number,
-                    }
-                    if pool and attempt
-                    else {}
-                ),
-            }
-        )
+        if ctx.trace is not NOOP:
+            ctx.trace.set(
+                {
+                    "gen_ai.usage.input_tokens": prompt,
+                    "gen_ai.usage.output_tokens": completion,
+                    "skyroute.status": status,
+                    "skyroute.cost_usd": cost_usd,
+                    **({"gen_ai.response.model": response_model} if response_model else {}),
+                    **({"skyroute.ttft.measured_ms": ttft_ms} if ttft_ms is not None else {}),
+                    **(
+                        {
+                            "skyroute.pool": pool.id,
+                            "skyroute.provider": pool.provider,
+                            "skyroute.region": pool.location,
+                            "skyroute.attempts": attempt.number,
+                        }
+                        if pool and attempt
+                        else {}
+                    ),
+                }
+            )
         ctx.trace.end(None if status == "ok" else UpstreamError(status))
         # Demand for the autoscaler: a failed request still counts, with the output it
         # asked for, so a capacity shortfall does not hide the demand behind it.

@@ -7,12 +7,17 @@ or a request id.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from router.scoring import RouteRequest
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01)
+# Label values are bounded sets (models, pools, statuses), so the cache of children is
+# too; the cap only guards against a bug that would put an unbounded value in a label.
+_MAX_CHILDREN = 8192
 
 
 class GatewayMetrics:
@@ -88,6 +93,7 @@ class GatewayMetrics:
         )
         self.redis_errors = Counter("skyroute_redis_errors", "Failed Redis operations.", registry=r)
         self._redis_errors_seen = 0
+        self._children: dict[tuple[Any, ...], Any] = {}
         self.pool_transitions = Counter(
             "skyroute_pool_transitions_total",
             "Health state transitions applied by this replica.",
@@ -129,15 +135,29 @@ class GatewayMetrics:
     ) -> None:
         """Count one finished request: outcome, end-to-end time, TTFT/TPOT when measured,
         and whether it met its SLO class (goodput counts only the tokens of those)."""
-        self.requests.labels(route.model, pool_id, status, route.slo_class).inc()
-        self.request_seconds.labels(route.model).observe(latency_ms / 1000.0)
+        model = route.model
+        self.child(self.requests, model, pool_id, status, route.slo_class).inc()
+        self.child(self.request_seconds, model).observe(latency_ms / 1000.0)
         if ttft_ms is not None:
-            self.ttft_seconds.labels(route.model).observe(ttft_ms / 1000.0)
+            self.child(self.ttft_seconds, model).observe(ttft_ms / 1000.0)
         if tpot_ms is not None:
-            self.tpot_seconds.labels(route.model).observe(tpot_ms / 1000.0)
-        self.slo_requests.labels(route.model, route.slo_class, "true" if slo_met else "false").inc()
+            self.child(self.tpot_seconds, model).observe(tpot_ms / 1000.0)
+        met = "true" if slo_met else "false"
+        self.child(self.slo_requests, model, route.slo_class, met).inc()
         if slo_met:
-            self.goodput_tokens.labels(route.model).inc(output_tokens)
+            self.child(self.goodput_tokens, model).inc(output_tokens)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, remembered: prometheus_client takes a lock and
+        validates the labels on every ``labels()`` call, which the request path makes
+        several times per request."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = metric.labels(*labels)
+            if len(self._children) < _MAX_CHILDREN:
+                self._children[key] = found
+        return found
 
     def sync_redis_errors(self, total: int) -> None:
         """Bring the Redis error counter up to ``total`` (counted by the sync loops)."""

@@ -111,7 +111,7 @@ class Forwarder:
         traced = ctx.trace is not NOOP
         route_span = ctx.trace.child("route") if traced else NOOP
         ranking = self.state.rank(route, now)
-        self.metrics.route_decisions.labels(route.model, ranking.reason).inc()
+        self.metrics.child(self.metrics.route_decisions, route.model, ranking.reason).inc()
         if traced:
             route_span.set(
                 {
@@ -135,7 +135,7 @@ class Forwarder:
         )
         last: UpstreamError | None = None
         number = 0
-        for i in ranking.order:
+        for i, predicted_ttft_ms, est_cost in ranking.tried():
             if number >= budget:
                 break
             pool = policy.policy.pools[i]
@@ -146,7 +146,7 @@ class Forwarder:
                 self.state.outlier.release_trial(pool.id)
                 break
             number += 1
-            per_token = float(ranking.cost_usd[i]) / max(est_tokens, 1)
+            per_token = est_cost / max(est_tokens, 1)
             span: ChildSpan = NOOP
             attempt_headers = headers
             if traced:
@@ -155,8 +155,8 @@ class Forwarder:
                     {
                         "skyroute.pool": pool.id, "skyroute.provider": pool.provider,
                         "skyroute.region": pool.location, "skyroute.attempt": number,
-                        "skyroute.ttft.predicted_ms": float(ranking.ttft_ms[i]),
-                        "skyroute.cost_usd.estimated": float(ranking.cost_usd[i]),
+                        "skyroute.ttft.predicted_ms": predicted_ttft_ms,
+                        "skyroute.cost_usd.estimated": est_cost,
                         "gen_ai.request.model": pool.upstream_model,
                     },
                     client=True,
@@ -170,7 +170,7 @@ class Forwarder:
                 number,
                 ranking.reason,
                 len(ranking.candidates),
-                float(ranking.ttft_ms[i]),
+                predicted_ttft_ms,
                 ranking.slo_ttft_ms,
                 ranking.slo_tpot_ms,
                 span,

@@ -164,15 +164,16 @@ def openai_routes(gw: Gateway) -> list[Route]:
             admission.set({"skyroute.tenant": caller.tenant})
             admission.end()
             route = route_request(gw, parsed, request, caller)
-            trace.rename(f"{operation.value} {parsed.model}")  # GenAI span naming
-            trace.set(
-                {
-                    "gen_ai.request.model": parsed.model,
-                    "skyroute.slo_class": route.slo_class,
-                    "skyroute.client_region": route.client_region,
-                    "skyroute.tenant": caller.tenant,
-                }
-            )
+            if trace is not NOOP:
+                trace.rename(f"{operation.value} {parsed.model}")  # GenAI span naming
+                trace.set(
+                    {
+                        "gen_ai.request.model": parsed.model,
+                        "skyroute.slo_class": route.slo_class,
+                        "skyroute.client_region": route.client_region,
+                        "skyroute.tenant": caller.tenant,
+                    }
+                )
         except SkyrouteError as exc:
             trace.end(exc)
             refused(request, exc, received)

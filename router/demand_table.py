@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -133,28 +132,32 @@ class DemandTables:
         """Queue ``records`` on ``pipe`` (the gateway's flush pipeline), summed per
         bucket first: one HINCRBY per (key, slot, metric) touched. Additive: the caller
         must not queue a record twice. Records with a non-finite time are skipped."""
-        sums: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        pairs: set[str] = set()
-        expiry: dict[str, int] = {}
+        # Sum per (model, region, day, slot) first: a flush holds many requests of a
+        # few such buckets, and the keys and field names are only built per bucket.
+        buckets: dict[tuple[str, str, int, int], list[int]] = {}
         for r in records:
             if not math.isfinite(r.ts_s):
                 continue
             day, second = divmod(int(r.ts_s), DAY_S)
-            key = self._day_key(r.model, r.client_region, day)
-            slot = second // self.bucket_s
-            fields = sums[key]
-            fields[f"{slot}:n"] += 1
-            fields[f"{slot}:p"] += max(r.prompt_tokens, 0)
-            fields[f"{slot}:o"] += max(r.output_tokens, 0)
-            if not r.slo_met:
-                fields[f"{slot}:m"] += 1
-            pairs.add(json.dumps([r.model, r.client_region]))
-            expiry[key] = (day + 1) * DAY_S + self.retention_s
-        for key, fields in sums.items():
-            for name, value in fields.items():
+            bkey = (r.model, r.client_region, day, second // self.bucket_s)
+            sums = buckets.get(bkey)
+            if sums is None:
+                sums = buckets[bkey] = [0, 0, 0, 0]
+            sums[0] += 1
+            sums[1] += max(r.prompt_tokens, 0)
+            sums[2] += max(r.output_tokens, 0)
+            sums[3] += not r.slo_met
+        pairs: set[str] = set()
+        expiry: dict[str, int] = {}
+        for (model, region, day, slot), sums in buckets.items():
+            key = self._day_key(model, region, day)
+            for metric, value in zip(("n", "p", "o", "m"), sums, strict=True):
                 if value:
-                    pipe.hincrby(key, name, value)
-            pipe.expireat(key, expiry[key])
+                    pipe.hincrby(key, f"{slot}:{metric}", value)
+            pairs.add(json.dumps([model, region]))
+            expiry[key] = (day + 1) * DAY_S + self.retention_s
+        for key, at in expiry.items():
+            pipe.expireat(key, at)
         if pairs:
             pipe.sadd(self._index, *sorted(pairs))
 

@@ -75,6 +75,7 @@ class Ranking:
     pool_ids: tuple[str, ...]
     candidates: IntArray
     order: IntArray
+    local_order: IntArray
     n_feasible: int
     slo_ttft_ms: float
     slo_tpot_ms: float
@@ -160,8 +161,14 @@ class Ranking:
 
     def attempts(self) -> Iterator[tuple[str, float, float]]:
         """(pool id, predicted TTFT ms, estimated cost USD) in the order to try them."""
-        for i in self.order:
-            yield self.pool_ids[i], float(self.ttft_ms[i]), float(self.cost_usd[i])
+        for i, ttft, cost in self.tried():
+            yield self.pool_ids[i], ttft, cost
+
+    def tried(self) -> Iterator[tuple[int, float, float]]:
+        """(pool index, predicted TTFT ms, estimated cost USD) in the order to try them;
+        the request path's view, read from the model-local arrays."""
+        for i, j in zip(self.order.tolist(), self.local_order.tolist(), strict=True):
+            yield i, float(self.local_ttft_ms[j]), float(self.local_cost_usd[j])
 
     def explain(self) -> list[RankedPool]:
         """Every candidate pool, tried ones first, with the reason for its place."""
@@ -256,10 +263,13 @@ def rank(
         region_ok = region_ok & np.asarray(
             [locs[i] in request.allowed_regions for i in m], dtype=np.bool_
         )
-    available = view.available & (view.weight > request.ramp_draw)
-    if local_blocked is not None:
-        available = available & ~local_blocked[m]
-    eligible = region_ok & available & view.has_capacity
+    if view.full_weight and local_blocked is None:
+        available, eligible = view.available, region_ok & view.ready
+    else:
+        available = view.available & (view.weight > request.ramp_draw)
+        if local_blocked is not None:
+            available = available & ~local_blocked[m]
+        eligible = region_ok & available & view.has_capacity
     cost = (request.prompt_tokens + out_tokens) * view.usd_per_token
     # Predictions are estimates: keep a margin below the targets (routing.slo_headroom).
     keep = 1.0 - pol.routing.slo_headroom
@@ -288,6 +298,7 @@ def rank(
         pool_ids=policy.pool_ids,
         candidates=m,
         order=m[local_order],
+        local_order=local_order,
         n_feasible=n_feasible,
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,

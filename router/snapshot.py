@@ -62,7 +62,9 @@ class ModelView:
     ``tpot_queue_ms`` the TPOT at which queued work drains (a full batch).
     ``inv_slots`` is 1 / batch slots (0 where a pool has no ready replica: such a pool is
     not eligible anyway); ``one_minus_slots`` is 1 - slots. ``usd_per_token`` is +inf
-    where no price is known, and then ``priced`` is False.
+    where no price is known, and then ``priced`` is False. ``ready`` is ``available &
+    has_capacity``, and ``full_weight`` says no pool is ramping (every weight is 1), so
+    the request path can skip the ramp draw.
     """
 
     members: IntArray
@@ -79,6 +81,8 @@ class ModelView:
     weight: FloatArray
     has_capacity: BoolArray
     states: tuple[str, ...]
+    ready: BoolArray
+    full_weight: bool
 
 
 def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
@@ -114,6 +118,8 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
             weight=snap.weight[m],
             has_capacity=has_capacity[m],
             states=tuple(states[i] for i in m),
+            ready=snap.available[m] & has_capacity[m],
+            full_weight=bool(np.all(snap.weight[m] >= 1.0)),
         )
     return out
 
