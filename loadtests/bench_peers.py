@@ -351,6 +351,25 @@ class Processes:
                 proc.wait()
 
 
+def pin(targets: list[Target], engine: psutil.Process, redis: psutil.Process | None) -> None:
+    """Proxies on CPU 0; engine and this process (the load generator) on the others.
+
+    "Requests/s per worker" is then what one proxy worker does with one core, whatever
+    the engine and the load generator cost; unpinned on a 2-core machine, a faster proxy
+    is held back more by the CPU they take (Envoy's and Nighthawk's benchmark setups
+    pin the same way). skyroute's Redis shares the proxy's core: its cost is the
+    proxy's. The assignment is printed and goes into the JSON config.
+    """
+    cpus = sorted(psutil.Process().cpu_affinity() or [0])
+    proxy_cpus, rest = cpus[:1], cpus[1:] or cpus[:1]
+    for proc in [t.proc for t in targets if t.proc is not None] + ([redis] if redis else []):
+        for p in [proc, *proc.children(recursive=True)]:
+            p.cpu_affinity(proxy_cpus)
+    for p in [engine, *engine.children(recursive=True), psutil.Process()]:
+        p.cpu_affinity(rest)
+    print(f"pinned: proxies and Redis on CPU {proxy_cpus}, engine and load generator on {rest}")
+
+
 def start_targets(
     args: argparse.Namespace, procs: Processes, redis_url: str, litellm_exe: Path | None
 ) -> tuple[list[Target], psutil.Process]:
@@ -407,6 +426,14 @@ def main() -> None:
                         help="comma-separated (default 1,8,32,128; quick 8)")  # fmt: skip
     parser.add_argument("--duration", type=float, help="seconds per phase (8; quick 1.5)")
     parser.add_argument("--json", type=Path, default=ROOT / "artifacts" / "bench_peers.json")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="proxies (and skyroute's Redis) on CPU 0, engine and load generator on the "
+        "others, so no proxy competes with them for its core; only meaningful on an "
+        "otherwise idle machine (other jobs are not pinned and land on CPU 0 too)",
+    )
     parser.add_argument("--src", type=Path, default=ROOT,
                         help="skyroute tree to run, e.g. a `git archive` export")  # fmt: skip
     args = parser.parse_args()
@@ -428,6 +455,10 @@ def main() -> None:
                 redis = EmbeddedRedis()
                 redis_url = redis.start()
             targets, engine = start_targets(args, procs, redis_url, litellm_exe)
+            if args.pin:
+                pid = redis.pid if redis is not None else None
+                redis_proc = psutil.Process(pid) if pid is not None else None
+                pin(targets, engine, redis_proc)
             print(", ".join(f"{t.name} {t.url}" for t in targets)
                   + f"; concurrency {args.concurrency}, {args.duration:g} s per phase",
                   flush=True)  # fmt: skip
@@ -451,7 +482,8 @@ def write_json(
     config = {"concurrency": args.concurrency, "duration_s": args.duration,
               "warmup_s": args.warmup, "quick": args.quick, "max_tokens": MAX_TOKENS,
               "litellm_version": None if args.skip_litellm else args.litellm_version,
-              "engine_profile": PROFILE, "cpus": os.cpu_count(), "src": str(args.src)}  # fmt: skip
+              "engine_profile": PROFILE, "cpus": os.cpu_count(), "src": str(args.src),
+              "pinned": args.pin}  # fmt: skip
     out = {"config": config, "peak_rss_mb": peak, "comparison": comparison,
            "warnings": warnings, "results": [asdict(r) for r in rows]}  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -84,6 +84,11 @@ class EmbeddedRedis:
         self.stop()
         raise RuntimeError(f"embedded redis did not answer on port {self.port}")
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (benchmarks pin it to a CPU)."""
+        return self._proc.pid if self._proc is not None else None
+
     def stop(self) -> None:
         """Stop the server. Idempotent."""
         if self._proc is not None and self._proc.poll() is None:
