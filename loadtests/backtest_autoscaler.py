@@ -304,6 +304,10 @@ def main() -> None:
     print("pools (USD per replica-hour from the catalogs, goodput tokens/s per replica):")
     for p, cost, good in zip(policy.pools, mix.cost, mix.goodput, strict=True):
         print(f"  {p.id:34s} {p.price.purchase:9s} {cost:7.2f} $/h  {good:6.0f} tok/s")
+    print(
+        f"damping: cooldown {args.cooldown_s:g} s, hysteresis {args.scale_down_margin:.0%}, "
+        f"scale-down window {args.scale_down_window_s:g} s (cycle {WINDOW_S:g} s)"
+    )
     if not args.no_forecast_table:
         print("\nforecast, rolling origin over days 2-14 (upper = q95):\n")
         columns = ("ahead", "method", "MAPE", "q95 coverage", "upper/actual")
