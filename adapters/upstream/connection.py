@@ -134,9 +134,7 @@ class Connection(asyncio.Protocol):
         if self.used:
             self._reset()
         self.used += 1
-        self.transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
-            self.transport.write(body)
+        self.transport.write(head + body)
 
     async def headers(self, timeout_s: float) -> int:
         """Wait for the response status line and headers; return the status. Raises
