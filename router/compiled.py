@@ -37,7 +37,14 @@ class CompiledPolicy:
     rtt_ms: Mapping[str, FloatArray]
     # (client region, model) -> RTT in ms to each of the model's pools (by_model order).
     model_rtt_ms: Mapping[tuple[str, str], FloatArray]
+    # (client region, model) -> the highest batch occupancy ((in flight + 1) / slots) at
+    # which each of the model's pools takes that region's requests: 1 - near_reserve for
+    # a far client of a pool some region is near to, else +inf (routing.near_reserve).
+    model_load_cap: Mapping[tuple[str, str], FloatArray]
     slo: Mapping[str, SLOClass]
+    # 1 - headroom: the share of the TTFT and TPOT targets a prediction must stay under.
+    keep_ttft: float
+    keep_tpot: float
 
     @property
     def size(self) -> int:
@@ -63,12 +70,23 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
     rtt: dict[str, FloatArray] = {}
     for name, region in policy.client_regions.items():
         rtt[name] = arr([region.rtt_ms.get(p.location, np.inf) for p in pools])
+    routing = policy.routing
+    near = np.zeros(len(pools), dtype=np.bool_)
+    for region_rtt in rtt.values():
+        near |= region_rtt <= routing.near_rtt_ms
     model_rtt: dict[tuple[str, str], FloatArray] = {}
+    load_cap: dict[tuple[str, str], FloatArray] = {}
     for region_name, region_rtt in rtt.items():
+        far = near & (region_rtt > routing.near_rtt_ms) & (routing.near_reserve > 0)
+        cap = arr(np.where(far, 1.0 - routing.near_reserve, np.inf).tolist())
         for model_name, members in by_model.items():
             sub = region_rtt[members]
             sub.setflags(write=False)
             model_rtt[(region_name, model_name)] = sub
+            sub_cap = cap[members]
+            sub_cap.setflags(write=False)
+            load_cap[(region_name, model_name)] = sub_cap
+    tpot_headroom = routing.slo_headroom if routing.tpot_headroom is None else routing.tpot_headroom
     nan = float("nan")
     return CompiledPolicy(
         policy=policy,
@@ -91,7 +109,10 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
         by_model=by_model,
         rtt_ms=rtt,
         model_rtt_ms=model_rtt,
+        model_load_cap=load_cap,
         slo=dict(policy.slo_classes),
+        keep_ttft=1.0 - routing.slo_headroom,
+        keep_tpot=1.0 - tpot_headroom,
     )
 
 

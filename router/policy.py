@@ -204,6 +204,16 @@ class RoutingSettings(_Strict):
     # by this fraction: predictions are estimates, and a request admitted right at the
     # edge misses about half the time.
     slo_headroom: float = Field(default=0.1, ge=0, lt=1)
+    # TPOT is predicted from the pool's profile at the fresh batch occupancy, a steadier
+    # estimate than TTFT's queue wait, so it may keep a smaller margin. None: slo_headroom.
+    tpot_headroom: float | None = Field(default=None, ge=0, lt=1)
+    # Trunk reservation (as in telephone networks with alternate routing): a client more
+    # than ``near_rtt_ms`` from a pool may use it only while the pool's batch slots are
+    # at most (1 - near_reserve) full, if any client region is within near_rtt_ms of it.
+    # Far clients came for the price and can go elsewhere; near ones often cannot (data
+    # residency), and without the reserve they overflow to dearer pools. 0: off.
+    near_reserve: float = Field(default=0.0, ge=0, lt=1)
+    near_rtt_ms: float = Field(default=50.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=10)
     # Retries (attempts after the first) may be at most this share of requests over
     # ``retry_budget_window_s``, but never fewer than ``retry_budget_min`` per window, so

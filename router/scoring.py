@@ -85,6 +85,7 @@ class Ranking:
     local_tpot_ms: FloatArray
     local_cost_usd: FloatArray
     local_load: FloatArray
+    local_load_cap: FloatArray
     local_eligible: BoolArray
     local_feasible: BoolArray
     local_region_ok: BoolArray
@@ -210,6 +211,9 @@ class Ranking:
             misses.append(f"ttft {self.ttft_ms[i]:.0f}ms > slo {self.slo_ttft_ms:.0f}ms")
         if self.tpot_ms[i] > self.slo_tpot_ms:
             misses.append(f"tpot {self.tpot_ms[i]:.0f}ms > slo {self.slo_tpot_ms:.0f}ms")
+        j = int(np.flatnonzero(self.candidates == i)[0])
+        if self.local_load[j] > self.local_load_cap[j]:
+            misses.append(f"slots over {self.local_load_cap[j]:.0%} are kept for nearer clients")
         if not np.isfinite(self.cost_usd[i]):
             misses.append("no price")
         suffix = "fallback by speed" if i in self.order else "not tried (fallback: reject)"
@@ -236,9 +240,10 @@ def rank(
     pol = policy.policy
     spec = pol.models[request.model]
     slo = policy.slo.get(request.slo_class) or policy.slo[spec.default_slo]
-    rtt = policy.model_rtt_ms.get((request.client_region, request.model))
-    if rtt is None:
-        rtt = policy.model_rtt_ms[(pol.routing.default_client_region, request.model)]
+    key = (request.client_region, request.model)
+    if key not in policy.model_rtt_ms:
+        key = (pol.routing.default_client_region, request.model)
+    rtt = policy.model_rtt_ms[key]
     out_tokens = request.max_output_tokens
     if out_tokens is None:
         out_tokens = spec.expected_output_tokens
@@ -254,8 +259,11 @@ def rank(
     queued = np.maximum(inflight + view.one_minus_slots, 0.0)
     ttft = rtt + queued * service_ms * view.inv_slots + prefill
     load = (inflight + 1.0) * view.inv_slots
-    # TPOT grows with batch occupancy (measured values already include it).
-    tpot = view.tpot_ms + view.tpot_span_ms * np.minimum(load, 1.0)
+    # TPOT grows with batch occupancy, counted fresh; a measured TPOT is only a floor
+    # (ModelView explains why).
+    tpot = np.maximum(
+        view.tpot_base_ms + view.tpot_span_ms * np.minimum(load, 1.0), view.tpot_measured_ms
+    )
 
     region_ok = np.isfinite(rtt)
     if request.allowed_regions is not None:
@@ -271,9 +279,15 @@ def rank(
             available = available & ~local_blocked[m]
         eligible = region_ok & available & view.has_capacity
     cost = (request.prompt_tokens + out_tokens) * view.usd_per_token
-    # Predictions are estimates: keep a margin below the targets (routing.slo_headroom).
-    keep = 1.0 - pol.routing.slo_headroom
-    feasible = eligible & (ttft <= slo.ttft_ms * keep) & (tpot <= slo.tpot_ms * keep) & view.priced
+    # Predictions are estimates: keep a margin below the targets (routing.slo_headroom,
+    # tpot_headroom), and far clients out of the slots reserved for near ones.
+    feasible = (
+        eligible
+        & (ttft <= slo.ttft_ms * policy.keep_ttft)
+        & (tpot <= slo.tpot_ms * policy.keep_tpot)
+        & (load <= policy.model_load_cap[key])
+        & view.priced
+    )
 
     n_feasible = int(np.count_nonzero(feasible))
     if n_feasible == 1:
@@ -307,6 +321,7 @@ def rank(
         local_tpot_ms=tpot,
         local_cost_usd=cost,
         local_load=load,
+        local_load_cap=policy.model_load_cap[key],
         local_eligible=eligible,
         local_feasible=feasible,
         local_region_ok=region_ok,

@@ -57,9 +57,14 @@ class ModelView:
     """What routing needs about one model's pools, precomputed once per snapshot so the
     request path does as few vector operations as possible. Arrays follow ``members``.
 
-    ``tpot_ms`` is the measured TPOT, else the profile's at low load; ``tpot_span_ms`` is
-    how much an unmeasured pool's TPOT grows from an empty to a full batch, and
-    ``tpot_queue_ms`` the TPOT at which queued work drains (a full batch).
+    A pool's TPOT is predicted from its profile at the occupancy the request would see:
+    ``tpot_base_ms`` at an empty batch, growing by ``tpot_span_ms`` to a full one.
+    ``tpot_measured_ms`` (0 where unmeasured) is a floor under that prediction: a measured
+    TPOT can show a pool slower than its profile, but a measurement taken at an older,
+    lighter load cannot hide the load the fresh in-flight count shows (and a measurement
+    taken at a heavier one cannot push every request away until the next snapshot).
+    ``tpot_queue_ms`` is the TPOT at which queued work drains: the measured one, else a
+    full batch's.
     ``inv_slots`` is 1 / batch slots (0 where a pool has no ready replica: such a pool is
     not eligible anyway); ``one_minus_slots`` is 1 - slots. ``usd_per_token`` is +inf
     where no price is known, and then ``priced`` is False. ``ready`` is ``available &
@@ -69,8 +74,9 @@ class ModelView:
 
     members: IntArray
     inflight: FloatArray
-    tpot_ms: FloatArray
+    tpot_base_ms: FloatArray
     tpot_span_ms: FloatArray
+    tpot_measured_ms: FloatArray
     tpot_queue_ms: FloatArray
     prefill_ms_per_token: FloatArray
     inv_slots: FloatArray
@@ -106,8 +112,9 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
         out[model] = ModelView(
             members=m,
             inflight=snap.inflight[m],
-            tpot_ms=tpot[m],
-            tpot_span_ms=np.where(measured[m], 0.0, full - policy.tpot_ms[m]),
+            tpot_base_ms=policy.tpot_ms[m],
+            tpot_span_ms=full - policy.tpot_ms[m],
+            tpot_measured_ms=np.where(measured[m], tpot[m], 0.0),
             tpot_queue_ms=np.where(measured[m], tpot[m], full),
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
