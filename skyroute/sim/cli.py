@@ -15,9 +15,11 @@ from pathlib import Path
 
 from router.policy import Policy
 from router.policy_loader import load_policy
+from skyroute.sim.bound import lower_bound
 from skyroute.sim.compare import POLICIES, compare
 from skyroute.sim.engine import SimConfig, Workload
 from skyroute.sim.errors import SimulationError
+from skyroute.sim.hindsight import HindsightScaler
 from skyroute.sim.planner import PlannerScaler, sim_config
 from skyroute.sim.progress import ProgressBar
 from skyroute.sim.report import format_table, write_json, write_plots
@@ -35,6 +37,8 @@ def _reactive(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
 def _planner(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
     return partial(PlannerScaler.build, policy, spec, sim_config())
 
+
+HINDSIGHT = "hindsight"  # needs the workload and the bound, so it is built in run()
 
 # --scaler NAME -> a factory of fresh scalers (one per policy run) for the fleet.
 SCALERS: dict[str, Callable[[Policy, FleetSpec], Callable[[], Scaler]]] = {
@@ -90,11 +94,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--tick-s", type=float, default=10.0, help="scaler period, s")
     p.add_argument(
         "--scaler",
-        choices=sorted(SCALERS),
+        choices=sorted([*SCALERS, HINDSIGHT]),
         default="reactive",
         help="autoscaler in the loop, the same for every policy: 'reactive' (the simulator's "
-        "per-pool HPA-like scaler) or 'planner' (the autoscaler sidecar's decide(): "
-        "forecast and cheapest-mix MILP, every 60 s)",
+        "per-pool HPA-like scaler), 'planner' (the autoscaler sidecar's decide(): "
+        "forecast and cheapest-mix MILP, every 60 s) or 'hindsight' (the integer bound's "
+        "fleet, each replica launched in time: can the bound's fleet serve the trace?)",
     )
     p.add_argument("--bound-window-s", type=float, default=60.0, help="bounds' window, s")
     p.add_argument(
@@ -136,6 +141,16 @@ def run(args: argparse.Namespace) -> int:
     config = SimConfig(seed=args.seed, tick_s=args.tick_s, warmup_s=args.warmup_s)
     work = Workload.build(trace, spec, weights, config)
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
+    integer = None
+    scaler: Callable[[], Scaler]
+    if args.scaler == HINDSIGHT:
+        integer = lower_bound(
+            spec, work, args.bound_window_s, integer=True, block_s=args.bound_block_s or 120.0
+        )
+        plan = integer.replicas
+        scaler = partial(HindsightScaler, plan, args.bound_window_s, spec.provisioning_s)
+    else:
+        scaler = SCALERS[args.scaler](policy, spec)
     total = len(work.arrival_s) * len(names)
     bar = None if args.no_progress or total < _LONG_RUN else ProgressBar(total)
     cmp = compare(
@@ -143,11 +158,12 @@ def run(args: argparse.Namespace) -> int:
         work,
         config,
         names,
-        scaler=SCALERS[args.scaler](policy, spec),
+        scaler=scaler,
         window_s=args.bound_window_s,
         block_s=args.bound_block_s or None,
         progress=bar,
         on_policy=bar.set_label if bar else None,
+        integer_bound=integer,
     )
     if bar:
         bar.close()

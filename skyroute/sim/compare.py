@@ -63,17 +63,19 @@ def compare(
     block_s: float | None = 120.0,
     progress: Progress | None = None,
     on_policy: Callable[[str], None] | None = None,
+    integer_bound: Bound | None = None,
 ) -> Comparison:
     """Run each policy in ``names`` with a fresh ``scaler()`` and summarise against the
     bounds over ``window_s`` windows; the integer bound uses blocks of ``block_s`` (None:
-    skip it). Raises SimulationError on an unknown name or a failed solve."""
+    skip it) unless ``integer_bound`` is given, already solved. Raises SimulationError on
+    an unknown name or a failed solve."""
     started = time.perf_counter()
     routers = [RoutingPolicy.create(name, spec, policy_rng(config.seed, name)) for name in names]
     bound = lower_bound(spec, work, window_s)
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = (
             None
-            if block_s is None
+            if block_s is None or integer_bound is not None
             else pool.submit(lower_bound, spec, work, window_s, integer=True, block_s=block_s)
         )
         runs = []
@@ -83,7 +85,7 @@ def compare(
             runs.append(simulate(spec, work, router, scaler(), config, progress))
         if on_policy is not None and pending is not None and not pending.done():
             on_policy("integer bound")
-        integer = None if pending is None else pending.result()
+        integer = integer_bound if pending is None else pending.result()
     summaries, series = [], []
     for run in runs:
         summary, ser = summarize(
