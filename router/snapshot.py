@@ -63,8 +63,9 @@ class ModelView:
     TPOT can show a pool slower than its profile, but a measurement taken at an older,
     lighter load cannot hide the load the fresh in-flight count shows (and a measurement
     taken at a heavier one cannot push every request away until the next snapshot).
-    ``tpot_queue_ms`` is the TPOT at which queued work drains: the measured one, else a
-    full batch's.
+    ``tpot_queue_ms`` is the TPOT at which queued work drains: a full batch's (a queue
+    only forms behind a full batch, whatever load the last measurement saw), or the
+    measured one if that is slower.
     ``inv_slots`` is 1 / batch slots (0 where a pool has no ready replica: such a pool is
     not eligible anyway); ``one_minus_slots`` is 1 - slots. ``usd_per_token`` is +inf
     where no price is known, and then ``priced`` is False. ``ready`` is ``available &
@@ -115,7 +116,7 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
             tpot_base_ms=policy.tpot_ms[m],
             tpot_span_ms=full - policy.tpot_ms[m],
             tpot_measured_ms=np.where(measured[m], tpot[m], 0.0),
-            tpot_queue_ms=np.where(measured[m], tpot[m], full),
+            tpot_queue_ms=np.where(measured[m], np.maximum(tpot[m], full), full),
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
             one_minus_slots=1.0 - slots[m],

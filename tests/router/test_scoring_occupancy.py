@@ -106,3 +106,18 @@ def test_an_unknown_client_region_gets_the_default_regions_reserve() -> None:
     policy = _reserved(0.25)  # the default client region is "us", the first one
     snapshot = _snap(policy, cheap=PoolRow(inflight=6.0))
     assert _order(rank(_req(client_region="atlantis"), policy, snapshot)) == [PRICEY, CHEAP]
+
+
+def test_queued_work_drains_at_a_full_batchs_tpot_whatever_the_last_measurement_saw() -> None:
+    # 8 busy of 8 slots: this request queues behind one. Measured at a light load (31 ms),
+    # but a queue only forms behind a full batch, which decodes at the 60 ms SLO TPOT.
+    policy = _compile(_pool(CHEAP, price=1.0))
+    light = _snap(policy, cheap=PoolRow(inflight=8.0, tpot_ewma_ms=31.0))
+    slow = _snap(policy, cheap=PoolRow(inflight=8.0, tpot_ewma_ms=90.0))
+
+    prefill_ms = 500 / 10_000 * 1000
+    # RTT 1 ms + one queued request of (prefill + 100 typical tokens × TPOT) over 8 slots.
+    for snapshot, drain_ms in ((light, 60.0), (slow, 90.0)):
+        ranking = rank(_req(), policy, snapshot)
+        expected = 1.0 + (prefill_ms + 100 * drain_ms) / 8 + prefill_ms
+        assert ranking.ttft_ms[0] == pytest.approx(expected)
