@@ -39,8 +39,9 @@ class CompiledPolicy:
     model_rtt_ms: Mapping[tuple[str, str], FloatArray]
     # (client region, model) -> the highest batch occupancy ((in flight + 1) / slots) at
     # which each of the model's pools takes that region's requests: 1 - near_reserve for
-    # a far client of a pool some region is near to, else +inf (routing.near_reserve).
-    model_load_cap: Mapping[tuple[str, str], FloatArray]
+    # a far client of a pool some region is near to, else +inf (routing.near_reserve);
+    # None where no pool caps that region, so the request path skips the comparison.
+    model_load_cap: Mapping[tuple[str, str], FloatArray | None]
     slo: Mapping[str, SLOClass]
     # 1 - headroom: the share of the TTFT and TPOT targets a prediction must stay under.
     keep_ttft: float
@@ -75,7 +76,7 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
     for region_rtt in rtt.values():
         near |= region_rtt <= routing.near_rtt_ms
     model_rtt: dict[tuple[str, str], FloatArray] = {}
-    load_cap: dict[tuple[str, str], FloatArray] = {}
+    load_cap: dict[tuple[str, str], FloatArray | None] = {}
     for region_name, region_rtt in rtt.items():
         far = near & (region_rtt > routing.near_rtt_ms) & (routing.near_reserve > 0)
         cap = arr(np.where(far, 1.0 - routing.near_reserve, np.inf).tolist())
@@ -85,7 +86,7 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
             model_rtt[(region_name, model_name)] = sub
             sub_cap = cap[members]
             sub_cap.setflags(write=False)
-            load_cap[(region_name, model_name)] = sub_cap
+            load_cap[(region_name, model_name)] = sub_cap if np.isfinite(sub_cap).any() else None
     tpot_headroom = routing.slo_headroom if routing.tpot_headroom is None else routing.tpot_headroom
     nan = float("nan")
     return CompiledPolicy(

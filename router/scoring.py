@@ -85,7 +85,7 @@ class Ranking:
     local_tpot_ms: FloatArray
     local_cost_usd: FloatArray
     local_load: FloatArray
-    local_load_cap: FloatArray
+    local_load_cap: FloatArray | None
     local_eligible: BoolArray
     local_feasible: BoolArray
     local_region_ok: BoolArray
@@ -212,8 +212,9 @@ class Ranking:
         if self.tpot_ms[i] > self.slo_tpot_ms:
             misses.append(f"tpot {self.tpot_ms[i]:.0f}ms > slo {self.slo_tpot_ms:.0f}ms")
         j = int(np.flatnonzero(self.candidates == i)[0])
-        if self.local_load[j] > self.local_load_cap[j]:
-            misses.append(f"slots over {self.local_load_cap[j]:.0%} are kept for nearer clients")
+        cap = self.local_load_cap
+        if cap is not None and self.local_load[j] > cap[j]:
+            misses.append(f"slots over {cap[j]:.0%} are kept for nearer clients")
         if not np.isfinite(self.cost_usd[i]):
             misses.append("no price")
         suffix = "fallback by speed" if i in self.order else "not tried (fallback: reject)"
@@ -285,9 +286,11 @@ def rank(
         eligible
         & (ttft <= slo.ttft_ms * policy.keep_ttft)
         & (tpot <= slo.tpot_ms * policy.keep_tpot)
-        & (load <= policy.model_load_cap[key])
         & view.priced
     )
+    load_cap = policy.model_load_cap[key]
+    if load_cap is not None:
+        feasible &= load <= load_cap
 
     n_feasible = int(np.count_nonzero(feasible))
     if n_feasible == 1:
@@ -321,7 +324,7 @@ def rank(
         local_tpot_ms=tpot,
         local_cost_usd=cost,
         local_load=load,
-        local_load_cap=policy.model_load_cap[key],
+        local_load_cap=load_cap,
         local_eligible=eligible,
         local_feasible=feasible,
         local_region_ok=region_ok,
