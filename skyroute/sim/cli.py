@@ -23,7 +23,7 @@ from skyroute.sim.hindsight import HindsightScaler
 from skyroute.sim.planner import PlannerScaler, sim_config
 from skyroute.sim.progress import ProgressBar
 from skyroute.sim.report import format_table, write_json, write_plots
-from skyroute.sim.scaler import ReactiveScaler, Scaler
+from skyroute.sim.scaler import ReactiveScaler, Scaler, StaticScaler
 from skyroute.sim.spec import FleetSpec, auto_scale, parse_fraction
 from skyroute.sim.trace import read_trace
 
@@ -32,6 +32,10 @@ _LONG_RUN = 20_000  # request-runs above which the progress bar is shown
 
 def _reactive(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
     return ReactiveScaler
+
+
+def _static(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
+    return StaticScaler
 
 
 def _planner(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
@@ -44,6 +48,7 @@ HINDSIGHT = "hindsight"  # needs the workload and the bound, so it is built in r
 SCALERS: dict[str, Callable[[Policy, FleetSpec], Callable[[], Scaler]]] = {
     "reactive": _reactive,
     "planner": _planner,
+    "static": _static,
 }
 
 
@@ -98,8 +103,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="reactive",
         help="autoscaler in the loop, the same for every policy: 'reactive' (the simulator's "
         "per-pool HPA-like scaler), 'planner' (the autoscaler sidecar's decide(): "
-        "forecast and cheapest-mix MILP, every 60 s) or 'hindsight' (the integer bound's "
-        "fleet, each replica launched in time: can the bound's fleet serve the trace?)",
+        "forecast and cheapest-mix MILP, every 60 s), 'static' (the policy's initial "
+        "replicas, never changed) or 'hindsight' (the integer bound's fleet, each replica "
+        "launched in time: can the bound's fleet serve the trace?)",
     )
     p.add_argument("--bound-window-s", type=float, default=60.0, help="bounds' window, s")
     p.add_argument(

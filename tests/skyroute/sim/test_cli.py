@@ -56,3 +56,16 @@ def test_simulate_runs_the_autoscalers_decide_when_asked(tmp_path, capsys) -> No
     doc = json.loads((tmp_path / "result.json").read_text())
     assert doc["scenario"]["scaler"] == "planner"
     assert doc["integer_bound"] is None
+
+
+def test_a_static_fleet_bills_every_policy_the_same(tmp_path) -> None:
+    args = _parse([
+        "simulate", "--trace", str(AZURE_HEAD), "--scale-fleet", "1/64", "--scaler", "static",
+        "--policies", "skyroute,round-robin", "--warmup-s", "20", "--bound-block-s", "0",
+        "--out", str(tmp_path), "--no-plots",
+    ])  # fmt: skip
+    assert args.func(args) == 0
+    doc = json.loads((tmp_path / "result.json").read_text())
+    costs = {run["summary"]["provisioned_usd"] for run in doc["policies"]}
+    assert doc["scenario"]["scaler"] == "static"
+    assert len(costs) == 1 and costs.pop() > 0
