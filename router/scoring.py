@@ -5,8 +5,10 @@ touches no globals, so the gateway, the simulator and ``skyroute explain`` all g
 same answer from the same inputs. It is vectorised over the model's pools:
 
 1. eligible  = serves the model, region allowed for the client, available, has replicas
-2. TTFT      = RTT + queueing wait + prefill; TPOT = measured (else profile) value
-3. feasible  = eligible and both predictions meet the SLO class and a price is known
+2. TTFT      = RTT + queueing wait + prefill; TPOT = the profile at the fresh batch
+               occupancy, never below the measured value
+3. feasible  = eligible, both predictions under the SLO class less its headroom, a price
+               known, and (far clients) the pool's batch not into the near clients' reserve
 4. cost      = (prompt + expected output tokens) × USD/token of the pool
 5. order     = near-tie group of cheapest feasible (lightest load first), other feasible
                by cost, then — only if the policy's fallback is ``fastest`` — the
