@@ -7,6 +7,10 @@ Everything runs on 127.0.0.1: one engine at ``--time-scale 0`` (answers at once,
 gateway's own cost dominates), Redis (``SKYROUTE_REDIS_URL`` or an embedded one) and one
 ``skyroute serve`` worker whose policy has 6 pools on aws/gcp/azure, all on that engine.
 
+``--busy-cpus`` keeps every CPU out of its idle states with one lowest-priority (nice 19)
+spinner per CPU, bounded in time. On these VMs a process woken from an idle CPU starts
+late, and a proxy adds two wake-ups per request (request in, upstream answer in), so the
+open-loop latency without it measures the host's idle exits as much as the gateway.
 ``--tracing`` turns the gateway's OpenTelemetry traces on, exported through the standard
 ``OTEL_*`` variables by OTLP/HTTP (protobuf) to a sink process started here, which
 counts the spans it receives; compare its table with one from a run without it.
@@ -394,6 +398,9 @@ def main() -> None:
     parser.add_argument(
         "--tracing", action="store_true", help="gateway traces on, by OTLP/HTTP to a local sink"
     )
+    parser.add_argument(
+        "--busy-cpus", action="store_true", help="a nice-19 spinner per CPU: no idle wake-ups"
+    )
     args = parser.parse_args()
     args.concurrency = args.concurrency or (16 if args.quick else 64)
     args.duration = args.duration or (2.0 if args.quick else 10.0)
@@ -446,12 +453,22 @@ def main() -> None:
         procs.append(subprocess.Popen(gw_cmd, cwd=ROOT, env=env))
         wait_http(gw_url + "/readyz", 30, procs[-1], b'"ready"')
         engine, gateway = psutil.Process(procs[0].pid), psutil.Process(procs[1].pid)
+        if args.busy_cpus:
+            # Bounded: each spinner stops by itself after the longest the phases can take.
+            bound_s = 8 * args.duration + 120
+            spin = f"import os, time\nos.nice(19)\nend = time.monotonic() + {bound_s}\n" + (
+                "while time.monotonic() < end: pass"
+            )
+            procs.extend(
+                subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)
+            )
         g0 = cpu_s(gateway)
         time.sleep(args.warmup)  # the background loops' cost, spread over every request
         idle = round((cpu_s(gateway) - g0) * 1000 / args.warmup, 1)
         print(f"engine {engine_url} (pid {engine.pid}), gateway {gw_url} (pid {gateway.pid}), "
               f"redis {redis_url}; concurrency {args.concurrency}, {args.duration:g} s/phase, "
-              f"open loop {args.rate:g} req/s; tracing "
+              f"open loop {args.rate:g} req/s; busy CPUs {'on' if args.busy_cpus else 'off'}; "
+              "tracing "
               + (f"ON (OTLP/HTTP protobuf to {sink_url}/v1/traces)" if args.tracing else "off"),
               flush=True)  # fmt: skip
         results = uvloop.run(run_all(args, engine_url, gw_url, api_key, gateway, engine))
