@@ -79,7 +79,7 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
     load_cap: dict[tuple[str, str], FloatArray | None] = {}
     for region_name, region_rtt in rtt.items():
         far = near & (region_rtt > routing.near_rtt_ms) & (routing.near_reserve > 0)
-        cap = arr(np.where(far, 1.0 - routing.near_reserve, np.inf).tolist())
+        cap = np.where(far, 1.0 - routing.near_reserve, np.inf)
         for model_name, members in by_model.items():
             sub = region_rtt[members]
             sub.setflags(write=False)

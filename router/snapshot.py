@@ -93,8 +93,7 @@ class ModelView:
 
 
 def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
-    measured = ~np.isnan(snap.tpot_ms)
-    tpot = np.where(measured, snap.tpot_ms, policy.tpot_ms)
+    measured_ms = np.where(np.isnan(snap.tpot_ms), 0.0, snap.tpot_ms)
     slots = snap.ready * policy.concurrency
     has_capacity = snap.ready > 0
     inv_slots = np.divide(1.0, slots, out=np.zeros_like(slots), where=slots > 0)
@@ -115,8 +114,8 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
             inflight=snap.inflight[m],
             tpot_base_ms=policy.tpot_ms[m],
             tpot_span_ms=full - policy.tpot_ms[m],
-            tpot_measured_ms=np.where(measured[m], tpot[m], 0.0),
-            tpot_queue_ms=np.where(measured[m], np.maximum(tpot[m], full), full),
+            tpot_measured_ms=measured_ms[m],
+            tpot_queue_ms=np.maximum(full, measured_ms[m]),
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
             one_minus_slots=1.0 - slots[m],

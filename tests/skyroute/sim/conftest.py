@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import pytest
 
 from adapters.engine.perf_model import EngineProfile
 from router.policy import Policy, PoolSpec
+from skyroute.sim.cli import register
 from skyroute.sim.engine import SimConfig, Workload
 from skyroute.sim.spec import FleetSpec
 from skyroute.sim.trace import from_columns
@@ -100,3 +103,17 @@ def workload(spec: FleetSpec, rows: list[tuple[float, int, int]], *, seed: int =
 def rng() -> np.random.Generator:
     """A seeded generator."""
     return np.random.default_rng(0)
+
+
+def simulate_cli(out: Path, *args: str) -> dict[str, Any]:
+    """Run ``skyroute simulate`` on the head of the Azure trace at fleet scale 1/64 with a
+    20 s warm-up and no plots, plus ``args``; check it exits 0 and return result.json."""
+    parser = argparse.ArgumentParser(prog="skyroute")
+    register(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args([
+        "simulate", "--trace", str(AZURE_HEAD), "--scale-fleet", "1/64", "--warmup-s", "20",
+        "--out", str(out), "--no-plots", *args,
+    ])  # fmt: skip
+    assert parsed.func(parsed) == 0
+    doc: dict[str, Any] = json.loads((out / "result.json").read_text())
+    return doc

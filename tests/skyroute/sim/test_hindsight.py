@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import replace
 
 import numpy as np
 
-from skyroute.sim.cli import register
 from skyroute.sim.hindsight import HindsightScaler
 from skyroute.sim.scaler import FleetState
-from tests.skyroute.sim.conftest import AZURE_HEAD, policy, pool, spec_of
+from tests.skyroute.sim.conftest import policy, pool, simulate_cli, spec_of
 
 SPEC = spec_of(
     policy([pool("cheap", replicas=(0, 3, 0)), pool("dear", replicas=(1, 8, 1))], tpot_ms=20.0)
@@ -46,16 +43,8 @@ def test_the_warm_up_runs_every_pool_at_its_max_so_the_plan_starts_without_a_bac
 def test_simulate_replays_the_integer_bounds_fleet_and_pays_at_least_the_bound(
     tmp_path, capsys
 ) -> None:
-    p = argparse.ArgumentParser()
-    register(p.add_subparsers())
-    args = p.parse_args([
-        "simulate", "--trace", str(AZURE_HEAD), "--scale-fleet", "1/64", "--scaler",
-        "hindsight", "--policies", "skyroute,round-robin", "--warmup-s", "20",
-        "--out", str(tmp_path), "--no-plots",
-    ])  # fmt: skip
-    assert args.func(args) == 0
+    doc = simulate_cli(tmp_path, "--scaler", "hindsight", "--policies", "skyroute,round-robin")
     assert "| integer bound |" in capsys.readouterr().out
-    doc = json.loads((tmp_path / "result.json").read_text())
     assert doc["scenario"]["scaler"] == "hindsight"
     bound = doc["integer_bound"]["total_usd"]
     for run in doc["policies"]:
