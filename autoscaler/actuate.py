@@ -26,7 +26,7 @@ from autoscaler.drain import Drainer
 from autoscaler.plan import Plan, PoolChange
 from autoscaler.report import ActuationReport, ActuatorLimits, Outcome
 from autoscaler.state import ScalerState
-from router.errors import (
+from base.errors import (
     AdapterError,
     NotImplementedByProvider,
     OutOfCapacity,

@@ -32,8 +32,8 @@ from autoscaler.milp import MixProblem, MixSolution, solve_mix
 from autoscaler.plan import DemandLine, Plan
 from autoscaler.reasons import explain
 from autoscaler.state import ScalerState
+from base.types import BoolArray, FloatArray, IntArray
 from router.policy import Policy
-from router.types import BoolArray, FloatArray, IntArray
 
 __all__ = ["DEFAULT_CONFIG", "Bounds", "decide"]
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from autoscaler.config import ScalerConfig
 from autoscaler.forecast import Forecast, forecast_rate
-from router.demand_table import DemandSeries
+from base.types import FloatArray
+from live.demand_table import DemandSeries
 from router.policy import Policy
-from router.types import FloatArray
 
 __all__ = ["DemandHistory", "LineForecast", "forecast_lines", "lead_time_s"]
 

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from autoscaler.fleet import AUTOSCALER_REASON
+from live.tables import LiveTables
 from router.health import HealthEvent, HealthRecord, PoolState, transition
 from router.policy import HealthSettings, OutlierSettings
-from router.tables import LiveTables
 
 __all__ = ["DrainResult", "Drainer"]
 

@@ -16,9 +16,9 @@ from autoscaler.goodput import (
     update_correction,
 )
 from autoscaler.state import ScalerState
+from base.types import BoolArray, FloatArray, IntArray
 from router.health import PoolState
 from router.policy import Policy, PoolSpec
-from router.types import BoolArray, FloatArray, IntArray
 
 __all__ = ["AUTOSCALER_REASON", "Fleet", "PoolStatus", "build_fleet"]
 

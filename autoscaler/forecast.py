@@ -31,7 +31,7 @@ import numpy as np
 from scipy.signal import lfilter  # type: ignore[import-untyped]
 
 from autoscaler.quantreg import quantile_regression
-from router.types import FloatArray
+from base.types import FloatArray
 
 __all__ = ["Forecast", "ForecastConfig", "forecast_rate"]
 

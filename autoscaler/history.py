@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from autoscaler.demand import DemandHistory
-from router.demand_table import DAY_S, DemandSeries, DemandTables
+from live.demand_table import DAY_S, DemandSeries, DemandTables
 
 __all__ = ["HistoryReader"]
 

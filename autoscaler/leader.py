@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from router.errors import TableError
-from router.lease import Fence
+from base.errors import TableError
+from live.lease import Fence
 
 __all__ = ["Leadership", "LeaseLike"]
 
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 class LeaseLike(Protocol):
-    """The lease operations leadership needs (``router.lease.Lease`` fits)."""
+    """The lease operations leadership needs (``live.lease.Lease`` fits)."""
 
     holder: str
     ttl_ms: int

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
 
-from router.types import BoolArray, FloatArray, IntArray
+from base.types import BoolArray, FloatArray, IntArray
 
 __all__ = ["MixProblem", "MixSolution", "solve_mix"]
 

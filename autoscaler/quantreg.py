@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linprog  # type: ignore[import-untyped]
 
-from router.types import FloatArray
+from base.types import FloatArray
 
 __all__ = ["quantile_regression"]
 

@@ -12,7 +12,7 @@ from autoscaler.fleet import Fleet
 from autoscaler.milp import MixSolution
 from autoscaler.plan import DemandLine, PoolChange
 from autoscaler.state import ScalerState
-from router.types import IntArray
+from base.types import IntArray
 
 if TYPE_CHECKING:
     from autoscaler.decide import Bounds

@@ -31,12 +31,12 @@ from autoscaler.leader import Leadership
 from autoscaler.plan import Plan
 from autoscaler.report import ActuationReport, ActuatorLimits
 from autoscaler.state import ScalerState
-from router.demand_table import DemandTables
-from router.errors import AdapterError
-from router.lease import Lease
+from base.errors import AdapterError
+from live.demand_table import DemandTables
+from live.lease import Lease
+from live.tables import LiveTables
 from router.policy import Policy
 from router.snapshot import PoolRow
-from router.tables import LiveTables
 
 __all__ = ["LEASE_NAME", "CycleResult", "Sidecar", "SidecarOptions"]
 

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from router.access_table import AccessTables, AdmitCode, KeyRecord
-from router.auth_digest import digest_hex
-from router.errors import AuthenticationError, RateLimited, TableError
+from base.auth_digest import digest_hex
+from base.errors import AuthenticationError, RateLimited, TableError
+from live.access_table import AccessTables, AdmitCode, KeyRecord
 from router.policy import Policy, TenantSpec
 
 logger = logging.getLogger(__name__)

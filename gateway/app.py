@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from adapters.upstream import UpstreamClient
+from base.errors import TableError
 from gateway import http_errors, openapi_schemas
 from gateway.context import build_gateway
 from gateway.dashboard import dashboard_router
@@ -26,7 +27,6 @@ from gateway.routes_ops import ops_router
 from gateway.routes_tenants import tenants_router
 from gateway.settings import GatewaySettings
 from gateway.tracing import Tracing
-from router.errors import TableError
 
 logger = logging.getLogger(__name__)
 

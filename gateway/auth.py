@@ -9,8 +9,8 @@ import base64
 import hmac
 from collections.abc import Iterable
 
-from router.auth_digest import digest_hex
-from router.errors import AuthenticationError
+from base.auth_digest import digest_hex
+from base.errors import AuthenticationError
 
 
 def digest(secret: str) -> bytes:

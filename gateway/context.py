@@ -21,10 +21,10 @@ from gateway.settings import GatewaySettings
 from gateway.sync import TableSync
 from gateway.tracing import Tracing
 from gateway.usage import UsageLog
-from router.access_table import AccessTables, UsageRecord
+from live.access_table import AccessTables, UsageRecord
+from live.demand_table import DemandRecord, DemandTables
+from live.tables import LiveTables
 from router.compiled import CompiledPolicy
-from router.demand_table import DemandRecord, DemandTables
-from router.tables import LiveTables
 
 
 @dataclass

@@ -15,9 +15,9 @@ from importlib.resources import files
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from base.errors import AuthenticationError
 from gateway.context import Gateway
 from gateway.http_errors import error_response
-from router.errors import AuthenticationError
 
 _NONCE_MARK = b"__CSP_NONCE__"
 _CHALLENGE = 'Basic realm="skyroute"'

@@ -20,8 +20,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from base.errors import SkyrouteError
 from gateway import http_errors
-from router.errors import SkyrouteError
 
 logger = logging.getLogger(__name__)
 

@@ -9,13 +9,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from base.errors import UpstreamError
 from gateway.decisions import Decision, DecisionLog
 from gateway.metrics import GatewayMetrics
 from gateway.tracing import NOOP, ChildSpan, RequestTrace
 from gateway.usage import UsageLog
-from router.access_table import NANO, UsageRecord
-from router.demand_table import DemandRecord
-from router.errors import UpstreamError
+from live.access_table import NANO, UsageRecord
+from live.demand_table import DemandRecord
 from router.policy import PoolSpec
 from router.scoring import RouteRequest
 

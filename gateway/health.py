@@ -17,12 +17,12 @@ import logging
 import time
 
 from adapters.upstream import UpstreamClient
+from base.errors import TableError
 from gateway.metrics import GatewayMetrics
 from gateway.probe import probe_pool
 from gateway.routing_state import RoutingState
-from router.errors import TableError
+from live.tables import LiveTables
 from router.health import HealthEvent, HealthRecord, PoolState, transition
-from router.tables import LiveTables
 
 logger = logging.getLogger(__name__)
 

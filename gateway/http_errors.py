@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from router.errors import (
+from base.errors import (
     NoFeasiblePool,
     PolicyError,
     RateLimited,

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from router.errors import InvalidRequest
+from base.errors import InvalidRequest
 
 
 class Operation(StrEnum):

@@ -10,9 +10,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from base.errors import PolicyError
+from live.policy_file import load_policy
 from router.compiled import CompiledPolicy, compile_policy
-from router.errors import PolicyError
-from router.policy_loader import load_policy
 
 logger = logging.getLogger(__name__)
 

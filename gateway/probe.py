@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 
 from adapters.upstream import UpstreamClient
+from base.errors import UpstreamError
 from gateway.routing_state import RoutingState
-from router.errors import UpstreamError
+from live.tables import LiveTables
 from router.policy import PoolSpec
-from router.tables import LiveTables
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,13 @@ from collections.abc import AsyncIterator
 from starlette.responses import Response, StreamingResponse
 
 from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
+from base.errors import (
+    RoutingError,
+    UpstreamError,
+    UpstreamStatusError,
+    UpstreamStreamError,
+    UpstreamTimeout,
+)
 from gateway.decisions import DecisionLog
 from gateway.finish import Attempt, RequestContext, RequestFinisher
 from gateway.metrics import GatewayMetrics
@@ -26,15 +33,8 @@ from gateway.streaming import StreamWatch, error_event
 from gateway.tracing import NOOP, ChildSpan
 from gateway.upstream_answers import response_usage, unavailable
 from gateway.usage import UsageLog
-from router.access_table import UsageRecord
-from router.demand_table import DemandRecord
-from router.errors import (
-    RoutingError,
-    UpstreamError,
-    UpstreamStatusError,
-    UpstreamStreamError,
-    UpstreamTimeout,
-)
+from live.access_table import UsageRecord
+from live.demand_table import DemandRecord
 from router.policy import PoolSpec
 from router.scoring import RouteRequest
 

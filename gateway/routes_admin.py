@@ -12,8 +12,8 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from base.errors import InvalidRequest, PolicyError, TableError
 from gateway.context import Gateway
-from router.errors import InvalidRequest, PolicyError, TableError
 from router.health import HealthEvent
 from router.snapshot import PoolRow
 

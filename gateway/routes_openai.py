@@ -16,12 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.access import Caller, bearer_digest
-from gateway.context import Gateway
-from gateway.finish import RequestContext, access_log
-from gateway.openai_request import Operation, ParsedRequest, parse_request
-from gateway.tracing import NOOP
-from router.errors import (
+from base.errors import (
     HeadersTooLarge,
     InvalidRequest,
     ModelNotFound,
@@ -29,6 +24,11 @@ from router.errors import (
     PermissionDenied,
     SkyrouteError,
 )
+from gateway.access import Caller, bearer_digest
+from gateway.context import Gateway
+from gateway.finish import RequestContext, access_log
+from gateway.openai_request import Operation, ParsedRequest, parse_request
+from gateway.tracing import NOOP
 from router.scoring import RouteRequest
 
 SLO_HEADER = "x-skyroute-slo"

@@ -15,10 +15,10 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
+from base.auth_digest import digest_hex
+from base.errors import InvalidRequest, ModelNotFound
 from gateway.context import Gateway
-from router.access_table import NANO, KeyRecord
-from router.auth_digest import digest_hex
-from router.errors import InvalidRequest, ModelNotFound
+from live.access_table import NANO, KeyRecord
 from router.policy import TenantSpec
 
 GROUPS = ("pool", "model", "region", "provider", "total")

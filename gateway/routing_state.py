@@ -12,12 +12,12 @@ from collections import defaultdict
 
 import numpy as np
 
+from base.types import BoolArray, FloatArray
 from gateway.outlier import OutlierDetector
+from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
 from router.scoring import Ranking, RouteRequest, rank
 from router.snapshot import PoolRow, Snapshot
-from router.tables import PoolObservations
-from router.types import BoolArray, FloatArray
 
 
 class RoutingState:

@@ -22,12 +22,12 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
+from base.errors import TableError
 from gateway.routing_state import RoutingState
 from gateway.usage import UsageLog
-from router.access_table import AccessTables, UsageRecord
-from router.demand_table import DemandRecord, DemandTables
-from router.errors import TableError
-from router.tables import LiveTables
+from live.access_table import AccessTables, UsageRecord
+from live.demand_table import DemandRecord, DemandTables
+from live.tables import LiveTables
 
 logger = logging.getLogger(__name__)
 

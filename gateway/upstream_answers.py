@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from router.errors import NoFeasiblePool, RoutingError
+from base.errors import NoFeasiblePool, RoutingError
 from router.scoring import Ranking
 
 

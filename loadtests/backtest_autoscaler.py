@@ -50,9 +50,9 @@ from autoscaler.demand import DemandHistory
 from autoscaler.fleet import PoolStatus
 from autoscaler.forecast import ForecastConfig, forecast_rate
 from autoscaler.state import ScalerState
-from router.demand_table import DemandSeries
+from base.types import FloatArray, IntArray
+from live.demand_table import DemandSeries
 from router.policy import Policy
-from router.types import FloatArray, IntArray
 
 try:
     from loadtests.backtest_fleet import (

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.milp import MixProblem, solve_mix
+from base.types import FloatArray, IntArray
+from live.policy_file import load_policy
 from router.policy import Policy
-from router.policy_loader import load_policy
-from router.types import FloatArray, IntArray
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

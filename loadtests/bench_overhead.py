@@ -442,7 +442,7 @@ def main() -> None:
                         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink_url + "/v1/traces",
                         "OTEL_SERVICE_NAME": "skyroute-bench"})  # fmt: skip
-        engine_cmd = [sys.executable, "-m", "adapters.engine", "--port", str(engine_port),
+        engine_cmd = [sys.executable, "-m", "simengine", "--port", str(engine_port),
                       "--profile", PROFILE, "--model", UPSTREAM_MODEL, "--time-scale", "0",
                       "--log-level", "WARNING"]  # fmt: skip
         procs.append(subprocess.Popen(engine_cmd, cwd=ROOT, env=env))

@@ -378,7 +378,7 @@ def start_targets(
     engine_port, gw_port, ll_port = free_port(), free_port(), free_port()
     engine_url = f"http://127.0.0.1:{engine_port}"
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("SKYROUTE_")}
-    engine_cmd = [sys.executable, "-m", "adapters.engine", "--port", str(engine_port),
+    engine_cmd = [sys.executable, "-m", "simengine", "--port", str(engine_port),
                   "--profile", PROFILE, "--model", UPSTREAM_MODEL, "--time-scale", "0",
                   "--log-level", "WARNING"]  # fmt: skip
     engine = procs.start("engine", engine_cmd, args.src, base_env)

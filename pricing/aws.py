@@ -31,10 +31,10 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     ReadTimeoutError,
 )
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.aws_parse import ON_DEMAND_ATTRIBUTES, SOURCE, product_quote, spot_quotes
 from pricing.feed import FeedResult, Quote, merge_results
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.feed import FeedResult, Quote, by_region, merge_results
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 
 
 @dataclass(frozen=True)

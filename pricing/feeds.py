@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from base.errors import PriceFeedError
 from pricing.aws import AwsFeed, AwsFeedConfig
 from pricing.azure import AzureFeed, AzureFeedConfig
 from pricing.catalog import Catalog
@@ -12,7 +13,6 @@ from pricing.feed import Feed
 from pricing.gcp import GcpFeed, GcpFeedConfig
 from pricing.settings import PriceFeedSettings
 from pricing.static import StaticFeed
-from router.errors import PriceFeedError
 from router.policy import Policy
 
 Builder = Callable[[PriceFeedSettings, Policy, Path, Catalog], Feed]

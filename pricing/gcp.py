@@ -24,11 +24,11 @@ from google.auth.exceptions import GoogleAuthError
 from google.cloud.billing_v1 import CloudCatalogClient, ListSkusRequest
 from google.protobuf.json_format import ParseError  # type: ignore[import-untyped]
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.catalog import Catalog
 from pricing.feed import FeedResult
 from pricing.gcp_skus import COMPUTE_ENGINE, SOURCE, Sku, machine_quotes, price_components
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from live.price_table import PriceKey
 from pricing.catalog import Catalog
 from pricing.feed import Quote
-from router.price_table import PriceKey
 
 logger = logging.getLogger(__name__)
 

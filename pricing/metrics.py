@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from router.price_table import FeedStatus
+from live.price_table import FeedStatus
 
 
 class PriceMetrics:

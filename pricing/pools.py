@@ -7,9 +7,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from live.price_table import PriceKey, PriceRow
+from live.tables import PriceEntry
 from router.policy import Policy, PoolSpec
-from router.price_table import PriceKey, PriceRow
-from router.tables import PriceEntry
 
 CLOUD_FEEDS = ("aws", "gcp", "azure")
 STATIC_FEED = "static"

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from base.errors import PriceFeedError
+from live.lease import Lease
+from live.policy_file import load_policy
+from live.price_table import PriceTable
+from live.tables import LiveTables
 from pricing.catalog import Catalog
 from pricing.feeds import build_feeds
 from pricing.metrics import PriceMetrics
@@ -23,12 +28,7 @@ from pricing.schedule import Schedule
 from pricing.settings import PriceFeedSettings
 from pricing.show import render
 from pricing.watch import LEASE_NAME, PriceWatcher
-from router.errors import PriceFeedError
-from router.lease import Lease
 from router.policy import Policy
-from router.policy_loader import load_policy
-from router.price_table import PriceTable
-from router.tables import LiveTables
 
 
 @dataclass

@@ -18,16 +18,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from base.errors import PriceFeedError
+from live.lease import Fence
+from live.price_table import FeedState, FeedStatus, PriceKey, PriceRow, PriceTable
+from live.tables import LiveTables, PriceEntry
 from pricing.catalog import Catalog
 from pricing.feed import Feed, FeedResult
 from pricing.metrics import PriceMetrics
 from pricing.pools import STATIC_FEED, PoolPrice, price_pools, wanted_keys
 from pricing.rows import Bounds, validate_all
-from router.errors import PriceFeedError
-from router.lease import Fence
 from router.policy import Policy
-from router.price_table import FeedState, FeedStatus, PriceKey, PriceRow, PriceTable
-from router.tables import LiveTables, PriceEntry
 
 logger = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from live.price_table import PriceRow
 from pricing.catalog import Catalog
 from pricing.feed import Quote
 from router.policy import PricingSettings
-from router.price_table import PriceRow
 
 logger = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+from live.price_table import FeedStatus
 from pricing.pools import PoolPrice
-from router.price_table import FeedStatus
 
 
 def age_text(seconds: float) -> str:

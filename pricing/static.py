@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.catalog import Catalog
 from pricing.feed import FeedResult, Quote
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 
 SOURCE = "static"
 _REQUIRED = ("provider", "region", "instance_type", "purchase")

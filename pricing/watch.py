@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from base.errors import PolicyError, TableError
+from live.lease import Lease
+from live.policy_file import load_policy
 from pricing.feed import Feed
 from pricing.metrics import PriceMetrics
 from pricing.refresh import Refresher, RefreshReport
 from pricing.schedule import Schedule
-from router.errors import PolicyError, TableError
-from router.lease import Lease
 from router.policy import Policy
-from router.policy_loader import load_policy
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from base.types import FloatArray, IntArray
 from router.policy import Policy, SLOClass
-from router.types import FloatArray, IntArray
 
 
 @dataclass(frozen=True, eq=False)

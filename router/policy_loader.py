@@ -1,4 +1,4 @@
-"""Load a policy file and report every problem with its key path and line.
+"""Parse policy YAML text and report every problem with its key path and line.
 
 PyYAML's composed node tree keeps each key's position, so a pydantic error location
 such as ``('pools', 2, 'goodput', 'tokens_per_s')`` maps back to the line a platform
@@ -7,12 +7,10 @@ engineer has to fix.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 from pydantic import ValidationError
 
-from router.errors import PolicyError, PolicyProblem
+from base.errors import PolicyError, PolicyProblem
 from router.policy import Policy
 
 _CROSS_REF_PREFIX = "Value error, "
@@ -89,17 +87,3 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         return Policy.model_validate(data)
     except ValidationError as exc:
         raise PolicyError(source, _problems(exc, lines)) from exc
-
-
-def load_policy(path: str | Path) -> Policy:
-    """Read and validate the policy file at ``path``.
-
-    Raises PolicyError if the file cannot be read or is invalid; never returns a
-    partially valid policy.
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(str(p), [PolicyProblem("", 0, f"cannot read: {exc.strerror}")]) from exc
-    return parse_policy(text, str(p))

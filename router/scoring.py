@@ -23,10 +23,10 @@ from functools import cached_property
 
 import numpy as np
 
+from base.errors import ModelNotFound
+from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy
-from router.errors import ModelNotFound
 from router.snapshot import Snapshot
-from router.types import BoolArray, FloatArray, IntArray
 
 
 @dataclass(frozen=True, slots=True)

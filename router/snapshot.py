@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy, usd_per_token
 from router.health import HealthRecord, PoolState
-from router.types import BoolArray, FloatArray, IntArray
+
+# Smoothing of the measured latency EWMAs: written by live.tables, replayed by the simulator.
+EWMA_ALPHA = 0.2
 
 __all__ = ["ModelView", "PoolRow", "PoolState", "Snapshot"]
 

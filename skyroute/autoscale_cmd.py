@@ -23,9 +23,9 @@ from redis.asyncio import Redis
 from autoscaler.profile import measure_profile
 from autoscaler.settings import AutoscalerSettings
 from autoscaler.sidecar import Sidecar, SidecarOptions
-from router.errors import SkyrouteError
+from base.errors import SkyrouteError
+from live.policy_file import load_policy
 from router.policy import Policy
-from router.policy_loader import load_policy
 from skyroute import logs
 from skyroute.embedded_redis import redis_url_or_embedded
 

@@ -10,10 +10,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from base.errors import PolicyError, SkyrouteError
 from gateway.settings import GatewaySettings
+from live.policy_file import load_policy
 from router.compiled import compile_policy
-from router.errors import PolicyError, SkyrouteError
-from router.policy_loader import load_policy
 from router.scoring import RouteRequest
 from skyroute import logs
 
@@ -47,7 +47,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
-    from adapters.engine.server import run_engine  # noqa: PLC0415
+    from simengine.server import run_engine  # noqa: PLC0415
 
     logs.configure(args.log_level, json=False)
     run_engine(args.host, args.port, args.profile, args.model, args.seed, args.time_scale)
@@ -93,7 +93,7 @@ PLUGIN_COMMANDS: tuple[str, ...] = (
     "skyroute.access_cmd",
     "skyroute.prices_cmd",
     "skyroute.autoscale_cmd",
-    "skyroute.sim.cli",
+    "skyroute.simulate_cmd",
 )
 
 

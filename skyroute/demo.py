@@ -24,11 +24,11 @@ from pathlib import Path
 from pydantic import SecretStr
 from redis.asyncio import Redis
 
-from adapters.engine.perf_model import PROFILES
 from gateway.settings import GatewaySettings
+from live.policy_file import load_policy
+from live.tables import LiveTables
 from router.policy import Policy, PoolSpec
-from router.policy_loader import load_policy
-from router.tables import LiveTables
+from simengine.perf_model import profile_name
 from skyroute.serve import redis_for, run_gateway
 
 
@@ -42,10 +42,7 @@ def engine_profile(pool: PoolSpec) -> str:
 
     Raises KeyError if there is no such profile.
     """
-    name = f"{pool.gpu_type.split('-')[0].lower()}-{pool.model}"
-    if name not in PROFILES:
-        raise KeyError(f"pool {pool.id}: no engine profile {name!r}")
-    return name
+    return profile_name(pool.gpu_type, pool.model)
 
 
 def _die_with_parent() -> None:
@@ -85,7 +82,7 @@ def fleet(
                     # Another demo (or anything else) there would answer our health checks.
                     raise RuntimeError(f"port {endpoint.port} for pool {pool.id} is already in use")
                 args = [
-                    sys.executable, "-m", "adapters.engine",
+                    sys.executable, "-m", "simengine",
                     "--port", str(endpoint.port),
                     "--profile", engine_profile(pool),
                     "--model", pool.upstream_model,

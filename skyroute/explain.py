@@ -9,10 +9,10 @@ import time
 
 from redis.asyncio import Redis
 
+from live.tables import LiveTables
 from router.compiled import CompiledPolicy
 from router.scoring import Ranking, RouteRequest, rank
 from router.snapshot import Snapshot
-from router.tables import LiveTables
 
 
 async def live_snapshot(policy: CompiledPolicy, redis_url: str, prefix: str) -> Snapshot:

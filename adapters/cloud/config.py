@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
-from router.errors import AdapterError
+from base.errors import AdapterError
 
 if TYPE_CHECKING:
     from adapters.cloud.fake import FakeCloud

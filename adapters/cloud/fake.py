@@ -18,7 +18,7 @@ from typing import Literal, Self
 from adapters.cloud.config import CloudConfig, NodeGroupSpec
 from adapters.cloud.managed import GroupManager, GroupState, ManagedNodeGroup
 from adapters.cloud.nodegroup import Node, NodeStatus
-from router.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
+from base.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
 
 __all__ = ["FailureKind", "FakeCloud", "FakeNodeGroup", "Operation", "ScaleEvent"]
 

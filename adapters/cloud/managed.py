@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from adapters.cloud.config import NodeGroupSpec
 from adapters.cloud.nodegroup import Node, NodeGroup, NodeStatus
-from router.errors import AdapterError
+from base.errors import AdapterError
 
 __all__ = ["GroupManager", "GroupState", "ManagedNodeGroup"]
 

@@ -7,7 +7,7 @@ SDK; it looks implementations up by provider name in :mod:`adapters.cloud.regist
 
 Methods are synchronous, because the cloud SDKs are; async callers use
 ``asyncio.to_thread``. An implementation is safe to call from several threads at once.
-Failures raise the :mod:`router.errors` ``AdapterError`` family:
+Failures raise the :mod:`base.errors` ``AdapterError`` family:
 
 - ``OutOfCapacity``: the cloud has no capacity of this type there (stockout);
 - ``QuotaExceeded``: the account's quota forbids the change;
@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from adapters.cloud import registry
-from router.errors import NotImplementedByProvider
+from base.errors import NotImplementedByProvider
 
 if TYPE_CHECKING:
     from adapters.cloud.config import CloudConfig, NodeGroupSpec

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from adapters.cloud.config import CloudConfig, NodeGroupSpec, PoolLike
-from router.errors import AdapterError
+from base.errors import AdapterError
 
 if TYPE_CHECKING:
     from adapters.cloud.nodegroup import NodeGroup

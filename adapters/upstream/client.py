@@ -21,7 +21,7 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from adapters.upstream.connection import Connection
-from router.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
+from base.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 
 
 @dataclass(frozen=True)

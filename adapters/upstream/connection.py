@@ -18,7 +18,7 @@ from typing import cast
 
 import httptools
 
-from router.errors import UpstreamConnectError, UpstreamStreamError, UpstreamTimeout
+from base.errors import UpstreamConnectError, UpstreamStreamError, UpstreamTimeout
 
 # Stop reading from the socket while this much body is waiting for the consumer, so that
 # a slow client of a fast engine holds back the engine instead of the gateway's memory.

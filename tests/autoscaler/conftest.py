@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from autoscaler.config import ScalerConfig
 from autoscaler.demand import DemandHistory
 from autoscaler.fleet import PoolStatus
-from router.demand_table import DemandSeries
+from live.demand_table import DemandSeries
 from router.policy import Policy
 
 # A Monday 00:00 UTC, so time-of-week is easy to read in tests.

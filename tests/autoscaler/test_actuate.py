@@ -15,9 +15,9 @@ from autoscaler.actuate import ActuationReport, Actuator, ActuatorLimits
 from autoscaler.drain import Drainer
 from autoscaler.plan import Plan, PoolChange
 from autoscaler.state import ScalerState
+from live.tables import LiveTables
 from router.health import HealthEvent, PoolState, transition
 from router.policy import HealthSettings, OutlierSettings
-from router.tables import LiveTables
 from tests.autoscaler.conftest import RedisTarget
 
 A, B, C = "fake:x:a", "fake:x:b", "fake:x:c"

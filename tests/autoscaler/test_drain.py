@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from autoscaler.drain import Drainer
+from live.tables import LiveTables
 from router.health import HealthEvent, HealthRecord, PoolState, transition
 from router.policy import HealthSettings, OutlierSettings
-from router.tables import LiveTables
 from tests.autoscaler.conftest import RedisTarget
 
 POOL = "aws:us-east-1:a"

@@ -34,8 +34,8 @@ from autoscaler.actuate import Actuator, ActuatorLimits
 from autoscaler.drain import Drainer
 from autoscaler.plan import Plan, PoolChange
 from autoscaler.state import ScalerState
-from router.policy_loader import load_policy
-from router.tables import LiveTables
+from live.policy_file import load_policy
+from live.tables import LiveTables
 from tests.autoscaler.conftest import RedisTarget
 from tests.gateway.harness import API_KEY, Engine, Gateway, policy_doc, pool, write_policy
 
@@ -131,7 +131,7 @@ class HardDelete(NodeGroup):
         for proc in psutil.process_iter(["cmdline"]):
             argv = proc.info["cmdline"] or []
             serving = "--port" in argv and argv[argv.index("--port") + 1] in ports
-            if "adapters.engine" in argv and serving:
+            if "simengine" in argv and serving:
                 proc.kill()
         self.inner.delete_nodes(ids)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.engine.perf_model import PROFILES
 from autoscaler.goodput import (
     GoodputObservation,
     goodput_tokens_per_s,
@@ -12,6 +11,7 @@ from autoscaler.goodput import (
     update_correction,
 )
 from router.policy import GoodputProfile, SLOClass
+from simengine.perf_model import PROFILES
 
 # The demo fleet's A10G Llama-8B profile, derived from the engine at TPOT 60 ms.
 A10G = GoodputProfile(tokens_per_s=533, prefill_tokens_per_s=2200, max_concurrency=32, tpot_ms=30)

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from autoscaler.history import HistoryReader
-from router.demand_table import DemandRecord, DemandTables
+from live.demand_table import DemandRecord, DemandTables
 from tests.autoscaler.conftest import RedisTarget
 
 DAY = 86_400.0

@@ -8,7 +8,7 @@ import time
 from redis.asyncio import Redis
 
 from autoscaler.leader import Leadership
-from router.lease import Fence, Lease
+from live.lease import Fence, Lease
 from tests.autoscaler.conftest import RedisTarget
 
 TTL_MS = 600
@@ -88,7 +88,7 @@ class _StuckLease:
         return 1
 
     async def renew(self) -> bool:
-        from router.errors import TableError  # noqa: PLC0415
+        from base.errors import TableError  # noqa: PLC0415
 
         raise TableError("redis down")
 

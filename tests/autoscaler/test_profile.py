@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from adapters.engine.perf_model import PROFILES
 from autoscaler.profile import measure_profile
 from router.policy import GoodputProfile
+from simengine.perf_model import PROFILES
 from tests.gateway.harness import Engine
 
 SCALE = 0.5  # the engine sleeps half the modelled time: wall-clock ms = model ms x SCALE

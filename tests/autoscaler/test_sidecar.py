@@ -11,8 +11,8 @@ from adapters.cloud import CloudConfig
 from adapters.cloud.fake import FakeCloud
 from autoscaler.sidecar import CycleResult, Sidecar, SidecarOptions
 from autoscaler.state import ScalerState
-from router.demand_table import DemandRecord, DemandTables
-from router.tables import LiveTables
+from live.demand_table import DemandRecord, DemandTables
+from live.tables import LiveTables
 from tests.autoscaler.conftest import MODEL, RedisTarget, config, make_policy, pool_doc
 
 POOL = "aws:us-east-1:a"
@@ -90,7 +90,7 @@ def test_a_standby_plans_but_changes_nothing(target: RedisTarget) -> None:
     async def hold_lease() -> None:
         redis = target.client()
         try:
-            from router.lease import Lease  # noqa: PLC0415
+            from live.lease import Lease  # noqa: PLC0415
 
             await Lease(redis, "autoscaler", "other", 60_000, target.prefix).acquire()
         finally:

@@ -18,7 +18,7 @@ import redis as sync_redis
 import yaml
 
 from autoscaler.state import ScalerState
-from router.demand_table import DemandRecord, DemandTables
+from live.demand_table import DemandRecord, DemandTables
 from tests.autoscaler.conftest import MODEL, RedisTarget, make_policy, pool_doc
 
 HANG_S = 60.0  # bounds a hung test only; nothing asserts on elapsed time

@@ -52,7 +52,7 @@ class Engine:
 
     def start(self) -> Engine:
         args = [
-            sys.executable, "-m", "adapters.engine", "--port", str(self.port), "--profile", self.profile,
+            sys.executable, "-m", "simengine", "--port", str(self.port), "--profile", self.profile,
             "--model", self.model, "--seed", str(self.seed), "--time-scale", str(self.time_scale),
             "--log-level", "WARNING",
         ]  # fmt: skip

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
+from base.errors import AuthenticationError
 from gateway.auth import KeyRing
-from router.errors import AuthenticationError
 
 SECRET = "sk-test-0123456789abcdef"
 OTHER = "sk-other-fedcba9876543210"

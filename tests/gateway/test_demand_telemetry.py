@@ -9,7 +9,7 @@ import time
 import openai
 from redis.asyncio import Redis
 
-from router.demand_table import DemandTables
+from live.demand_table import DemandTables
 from tests.gateway.conftest import CHAT
 from tests.gateway.harness import Gateway
 

@@ -7,9 +7,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from base.errors import InvalidRequest
 from gateway import http_errors
 from gateway.fast_paths import GatewayApp
-from router.errors import InvalidRequest
 
 calls: list[str] = []
 

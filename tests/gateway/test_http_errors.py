@@ -8,8 +8,7 @@ import orjson
 import pytest
 from starlette.responses import Response
 
-from gateway.http_errors import error_response, to_response
-from router.errors import (
+from base.errors import (
     AdapterError,
     AuthenticationError,
     InvalidRequest,
@@ -29,6 +28,7 @@ from router.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
+from gateway.http_errors import error_response, to_response
 
 
 def _error(response: Response) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
+from base.errors import InvalidRequest
 from gateway.openai_request import Operation, parse_request
-from router.errors import InvalidRequest
 
 
 def _body(**fields: Any) -> bytes:

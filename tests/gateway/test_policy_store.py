@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from base.errors import PolicyError
 from gateway.policy_store import PolicyStore
 from router.compiled import CompiledPolicy
-from router.errors import PolicyError
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "router_policy.yaml"
 VALID = FIXTURE.read_text(encoding="utf-8")

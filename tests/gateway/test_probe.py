@@ -12,9 +12,9 @@ from redis.asyncio import Redis
 from adapters.upstream import UpstreamClient
 from gateway.probe import probe_once
 from gateway.routing_state import RoutingState
+from live.policy_file import load_policy
+from live.tables import LiveTables
 from router.compiled import compile_policy
-from router.policy_loader import load_policy
-from router.tables import LiveTables
 from skyroute.embedded_redis import free_port
 from tests.gateway.harness import Engine, policy_doc, pool, unique_prefix, write_policy
 

@@ -8,7 +8,7 @@ import time
 import openai
 from redis.asyncio import Redis
 
-from router.tables import LiveTables
+from live.tables import LiveTables
 from tests.gateway.conftest import CHAT
 from tests.gateway.harness import Gateway
 

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
-from router.policy_loader import load_policy
+from live.policy_file import load_policy
 from tests.helm.chart import CHART, Rendered, env_of, render
 from tests.helm.test_chart_render import EVERYTHING_ON, EXTERNAL_REDIS, WORKLOAD_IDENTITY
 

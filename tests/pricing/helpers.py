@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from live.price_table import PriceTable
+from live.tables import LiveTables
 from pricing.catalog import Catalog
 from pricing.feed import Feed
 from pricing.metrics import PriceMetrics
 from pricing.refresh import Refresher
 from router.policy import Policy
-from router.price_table import PriceTable
-from router.tables import LiveTables
 
 T = TypeVar("T")
 NOW = 1_750_000_000.0

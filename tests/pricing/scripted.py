@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.feed import FeedResult, Quote
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 
 
 class ScriptedFeed:

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.aws import AwsFeed, AwsFeedConfig
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 from tests.pricing.fake_aws_pricing import TARGET, FakePricing
 from tests.pricing.helpers import run
 

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.azure import AzureFeed, AzureFeedConfig, item_quote
 from pricing.feed import FeedResult
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 from tests.pricing.data import api_example
 from tests.pricing.fake_azure import PATH, FakeRetailPrices
 from tests.pricing.helpers import run

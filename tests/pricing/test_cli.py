@@ -12,7 +12,7 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from router.lease import Lease
+from live.lease import Lease
 from skyroute import prices_cmd
 from tests.pricing.data import FIXTURES
 from tests.pricing.fake_azure import PATH, FakeRetailPrices

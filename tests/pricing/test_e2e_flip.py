@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from live.policy_file import load_policy
 from pricing.azure import AzureFeed, AzureFeedConfig
-from router.policy_loader import load_policy
 from tests.gateway.harness import API_KEY, Engine, Gateway, policy_doc, pool, write_policy
 from tests.pricing.fake_azure import PATH, FakeRetailPrices
 from tests.pricing.helpers import rig, run

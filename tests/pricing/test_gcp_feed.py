@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.catalog import Catalog
 from pricing.feed import FeedResult
 from pricing.gcp import GcpFeed, GcpFeedConfig
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 from tests.pricing.data import csv_rows
 from tests.pricing.fake_gcp import SERVICE, FakeCatalog
 from tests.pricing.helpers import run

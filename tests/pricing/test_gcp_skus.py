@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from live.price_table import PriceKey
 from pricing.catalog import Catalog
 from pricing.gcp_skus import Sku, machine_quotes, price_components
-from router.price_table import PriceKey
 from tests.pricing.data import csv_rows, gcp_skus
 
 CATALOG = Catalog.builtin()

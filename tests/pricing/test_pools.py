@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from live.price_table import PriceKey, PriceRow
 from pricing.pools import price_pools, usd_per_million_tokens, wanted_keys
 from router.compiled import usd_per_token
-from router.price_table import PriceKey, PriceRow
 from tests.pricing.helpers import NOW, policy_of, pool_doc
 
 KEY = PriceKey("aws", "us-east-1", "p5.48xlarge", "on_demand")

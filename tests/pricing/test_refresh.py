@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from redis.asyncio import Redis
 
+from live.price_table import PriceKey
 from pricing.show import render
 from router.compiled import compile_policy
-from router.price_table import PriceKey
 from router.snapshot import Snapshot
 from tests.pricing.helpers import Clock, policy_of, pool_doc, rig, run
 from tests.pricing.scripted import ScriptedFeed, quote

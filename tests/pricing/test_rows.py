@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
+from live.price_table import PriceRow
 from pricing.catalog import Catalog
 from pricing.feed import Quote
 from pricing.rows import Bounds, Rejection, validate, validate_all
-from router.price_table import PriceRow
 from tests.pricing.data import csv_rows
 
 BOUNDS = Bounds(min_usd_per_gpu_hour=0.01, max_usd_per_gpu_hour=200.0)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from base.errors import PriceFeedError
+from live.price_table import PriceKey
 from pricing.catalog import Catalog
 from pricing.rows import Bounds, validate_all
 from pricing.static import StaticFeed
-from router.errors import PriceFeedError
-from router.price_table import PriceKey
 from tests.pricing.data import FIXTURES
 from tests.pricing.helpers import run
 

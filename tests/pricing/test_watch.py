@@ -13,14 +13,14 @@ import yaml
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from live.lease import Lease
+from live.price_table import PriceKey, PriceTable
+from live.tables import LiveTables
 from pricing.catalog import Catalog
 from pricing.metrics import PriceMetrics
 from pricing.refresh import Refresher
 from pricing.schedule import Schedule
 from pricing.watch import LEASE_NAME, PriceWatcher
-from router.lease import Lease
-from router.price_table import PriceKey, PriceTable
-from router.tables import LiveTables
 from tests.pricing.helpers import NOW, Clock, policy_of, pool_doc, run
 from tests.pricing.scripted import ScriptedFeed, quote
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 from redis.asyncio import Redis
 
-from router.tables import LiveTables
+from live.tables import LiveTables
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from router.errors import PolicyError, PolicyProblem
-from router.policy_loader import load_policy, parse_policy
+from base.errors import PolicyError, PolicyProblem
+from live.policy_file import load_policy
+from router.policy_loader import parse_policy
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "router_policy.yaml"
 

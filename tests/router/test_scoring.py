@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from base.errors import ModelNotFound
+from live.policy_file import load_policy
 from router.compiled import CompiledPolicy, compile_policy
-from router.errors import ModelNotFound
 from router.health import HealthRecord
 from router.policy import Policy
-from router.policy_loader import load_policy
 from router.scoring import Ranking, RouteRequest, rank
 from router.snapshot import PoolRow, PoolState, Snapshot
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from live.policy_file import load_policy
 from router.policy import Policy, PoolSpec
-from router.policy_loader import load_policy
 
 PROJECT = Path(__file__).resolve().parents[2]
 FLEET = PROJECT / "skyroute" / "fleet"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.engine.perf_model import PROFILES
-from router.policy_loader import load_policy
+from live.policy_file import load_policy
+from simengine.perf_model import PROFILES
 from skyroute.demo import demo_policy_path, engine_profile
 
 POLICY = load_policy(demo_policy_path())

@@ -1,6 +1,6 @@
 """Thin wrapper over boto3's ``autoscaling`` and ``ec2`` clients; the AWS error boundary.
 
-Every botocore exception leaves this module as a ``router.errors.AdapterError``:
+Every botocore exception leaves this module as a ``base.errors.AdapterError``:
 
 - ``InsufficientInstanceCapacity`` and kin            -> ``OutOfCapacity``
 - ``LimitExceeded``, ``VcpuLimitExceeded`` and kin    -> ``QuotaExceeded``
@@ -20,7 +20,7 @@ from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
 from adapters.cloud.config import AwsSettings
-from router.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
+from base.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
 
 __all__ = ["AsgDescription", "AsgInstance", "AutoScalingApi", "classify"]
 

@@ -2,7 +2,7 @@
 
 Long-running operations poll every ``AzureSettings.polling_interval_s`` (passed to each
 ``begin_*`` call) and give up after ``operation_timeout_s``. Errors leave as
-``router.errors`` types: ``SkuNotAvailable``, ``AllocationFailed`` and other allocation
+``base.errors`` types: ``SkuNotAvailable``, ``AllocationFailed`` and other allocation
 failures -> ``OutOfCapacity``; ``QuotaExceeded``, and ``OperationNotAllowed`` about a
 quota -> ``QuotaExceeded``; HTTP 429 or a throttling code -> ``Throttled``; the rest,
 including authentication and connection failures -> ``AdapterError``.
@@ -27,7 +27,7 @@ from azure.mgmt.compute.models import (
 )
 
 from adapters.cloud.config import AzureSettings
-from router.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
+from base.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
 
 __all__ = ["ScaleSetApi", "ScaleSetVm", "classify", "classify_code"]
 

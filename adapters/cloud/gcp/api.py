@@ -6,7 +6,7 @@ Writes call the ``*_unary`` methods and wait on the returned operation through *
 operations client: ``ExtendedOperation.result()`` would poll through an operations client
 the library builds itself, on the default endpoint, whatever ``api_endpoint`` says.
 
-Errors leave as ``router.errors`` types: ``ZONE_RESOURCE_POOL_EXHAUSTED`` and other
+Errors leave as ``base.errors`` types: ``ZONE_RESOURCE_POOL_EXHAUSTED`` and other
 stockouts -> ``OutOfCapacity``; ``quotaExceeded`` / ``QUOTA_EXCEEDED`` (or a message
 about a resource quota) -> ``QuotaExceeded``; ``rateLimitExceeded`` reasons, per-minute
 API quotas, HTTP 429 and ``ResourceExhausted`` -> ``Throttled``; the rest -> ``AdapterError``.
@@ -27,7 +27,7 @@ from google.auth.exceptions import GoogleAuthError
 from google.cloud import compute_v1
 
 from adapters.cloud.config import GcpSettings
-from router.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
+from base.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
 
 __all__ = ["MigApi", "RegionalMigApi", "ZonalMigApi", "classify", "classify_codes"]
 

@@ -18,7 +18,7 @@ import httpx
 from adapters.cloud.local.process import EngineCommand, EngineProcess
 from adapters.cloud.managed import GroupManager, GroupState
 from adapters.cloud.nodegroup import Node, NodeStatus
-from router.errors import AdapterError, OutOfCapacity
+from base.errors import AdapterError, OutOfCapacity
 
 __all__ = ["LocalManager"]
 

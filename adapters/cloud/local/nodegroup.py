@@ -1,6 +1,6 @@
 """The ``local`` provider: simulated engine replicas on this machine, for the demo.
 
-Each replica is ``python -m adapters.engine`` on a free 127.0.0.1 port, with the engine
+Each replica is ``python -m simengine`` on a free 127.0.0.1 port, with the engine
 profile named after the pool's GPU and model (``h100-llama-3.1-70b``) and serving the
 pool's ``upstream_model``. A new group starts empty; closing it stops its engines.
 """
@@ -13,8 +13,8 @@ from adapters.cloud.config import CloudConfig, NodeGroupSpec
 from adapters.cloud.local.manager import LocalManager
 from adapters.cloud.local.process import EngineCommand
 from adapters.cloud.managed import ManagedNodeGroup
-from adapters.engine.perf_model import PROFILES
-from router.errors import AdapterError
+from base.errors import AdapterError
+from simengine.perf_model import profile_name
 
 __all__ = ["LocalNodeGroup", "engine_profile"]
 
@@ -24,10 +24,10 @@ def engine_profile(spec: NodeGroupSpec) -> str:
 
     Raises ``AdapterError`` if the engine has no such profile.
     """
-    name = f"{spec.gpu_type.split('-')[0].lower()}-{spec.model}"
-    if name not in PROFILES:
-        raise AdapterError(f"pool {spec.id}: no simulated-engine profile {name!r}")
-    return name
+    try:
+        return profile_name(spec.gpu_type, spec.model)
+    except KeyError as exc:
+        raise AdapterError(f"pool {spec.id}: {exc.args[0]}") from None
 
 
 class LocalNodeGroup(ManagedNodeGroup, provider="local"):

@@ -1,4 +1,4 @@
-"""Thin wrapper over ``subprocess``: one simulated engine (``python -m adapters.engine``)."""
+"""Thin wrapper over ``subprocess``: one simulated engine (``python -m simengine``)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class EngineCommand:
     def argv(self, port: int) -> list[str]:
         """The command line for an engine on ``port``."""
         return [
-            self.python or sys.executable, "-m", "adapters.engine",
+            self.python or sys.executable, "-m", "simengine",
             "--host", _HOST,
             "--port", str(port),
             "--profile", self.profile,

@@ -8,7 +8,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from adapters.cloud import AwsSettings, CloudConfig, NodeGroupSpec, create
-from router.errors import AdapterError, Throttled
+from base.errors import AdapterError, Throttled
 from tests.adapters.cloud.harness import AwsHarness
 
 pytestmark = pytest.mark.parametrize("harness", ["aws"], indirect=True)

@@ -10,7 +10,7 @@ import pytest
 from azure.core.credentials import AccessToken
 
 from adapters.cloud import CloudConfig, NodeGroupSpec, NodeStatus, create
-from router.errors import AdapterError, OutOfCapacity
+from base.errors import AdapterError, OutOfCapacity
 from tests.adapters.cloud.harness import AzureHarness
 
 pytestmark = pytest.mark.parametrize("harness", ["azure"], indirect=True)

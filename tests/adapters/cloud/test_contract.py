@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.cloud import NodeGroup, NodeStatus
-from router.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
+from base.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
 from tests.adapters.cloud.conftest import CAPABILITIES, PROVIDERS, providers_with
 from tests.adapters.cloud.harness import Harness
 

@@ -12,7 +12,7 @@ from adapters.cloud.azure.api import classify as classify_azure
 from adapters.cloud.azure.api import classify_code as classify_azure_code
 from adapters.cloud.gcp.api import classify as classify_gcp
 from adapters.cloud.gcp.api import classify_codes as classify_gcp_codes
-from router.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
+from base.errors import AdapterError, OutOfCapacity, QuotaExceeded, Throttled
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 
 from adapters.cloud import CloudConfig, NodeGroup, NodeGroupSpec, NodeStatus, create
 from adapters.cloud.fake import FakeCloud, ScaleEvent
-from router.errors import QuotaExceeded, Throttled
+from base.errors import QuotaExceeded, Throttled
 
 
 def _group(cloud: FakeCloud | None, size: int = 0) -> NodeGroup:

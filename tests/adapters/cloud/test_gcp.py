@@ -7,7 +7,7 @@ import re
 import pytest
 
 from adapters.cloud import NodeGroupSpec, NodeStatus, create
-from router.errors import AdapterError
+from base.errors import AdapterError
 from tests.adapters.cloud.harness import GcpHarness
 
 

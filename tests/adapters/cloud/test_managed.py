@@ -9,7 +9,7 @@ import pytest
 
 from adapters.cloud import CloudConfig, Node, NodeGroupSpec, NodeStatus
 from adapters.cloud.managed import GroupManager, GroupState, ManagedNodeGroup
-from router.errors import AdapterError, NotImplementedByProvider
+from base.errors import AdapterError, NotImplementedByProvider
 
 
 class Clock:

@@ -11,7 +11,7 @@ from adapters.cloud import CloudConfig, NodeGroupSpec, create, node_group_for, p
 from adapters.cloud.fake import FakeCloud, FakeNodeGroup
 from adapters.cloud.managed import ManagedNodeGroup
 from adapters.cloud.registry import register
-from router.errors import AdapterError
+from base.errors import AdapterError
 from router.policy import PoolSpec
 
 

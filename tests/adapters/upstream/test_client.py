@@ -18,7 +18,7 @@ from typing import Any, ParamSpec
 import pytest
 
 from adapters.upstream import UpstreamClient, UpstreamTimeouts
-from router.errors import UpstreamConnectError, UpstreamStreamError, UpstreamTimeout
+from base.errors import UpstreamConnectError, UpstreamStreamError, UpstreamTimeout
 from tests.adapters.cloud.tls import make_local_ca
 
 TIMEOUTS = UpstreamTimeouts(connect_s=2.0, first_byte_s=2.0, idle_s=2.0)

@@ -19,7 +19,7 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
-from router.access_table import AccessTables
+from live.access_table import AccessTables
 from tests.gateway.conftest import CHAT, Fleet, fleet_policy, start_fleet
 from tests.gateway.harness import ADMIN_TOKEN, Gateway, unique_prefix, write_policy
 

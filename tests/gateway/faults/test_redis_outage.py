@@ -9,7 +9,7 @@ import time
 import httpx
 from redis.asyncio import Redis
 
-from router.tables import LiveTables
+from live.tables import LiveTables
 from skyroute.embedded_redis import EmbeddedRedis
 from tests.figures import report
 from tests.gateway.conftest import Fleet

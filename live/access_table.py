@@ -1,0 +1,331 @@
+"""Tenants, API keys, admission limits and usage records in Redis.
+
+Schema (under ``{prefix}``; like ``live.tables``, the only code spelling these keys):
+
+    key:{sha256}          hash    id, tenant, name, created_s, expires_s, revoked  (no secret)
+    keyid:{id}            string  sha256 of that key (revoke and list by id)
+    tenantkeys:{tenant}   set     key ids
+    tenant:{name}         string  TenantSpec JSON set through the admin API (overrides the policy)
+    limits:{tenant}       hash    rpm, tpm, budget_nusd, period (what admission enforces)
+    bucket:{tenant}:{rpm|tpm}  hash  token bucket state
+    spend:{tenant}:{period}    int   nano-USD spent in that period
+    usage                 stream  one entry per request
+    usage:{tenant}:{hour} hash    roll-ups: ``{group}|{value}|{metric}`` -> integer
+
+Money is counted in integer nano-USD so that roll-ups reconcile exactly with the sum of
+the per-request records.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from base.errors import TableError
+from live import table_scripts
+from live.tables import run_pipeline
+from router.policy import TenantSpec
+
+NANO = 1_000_000_000
+USAGE_STREAM_MAXLEN = 1_000_000
+GROUPS = ("pool", "model", "region", "provider")
+
+
+class AdmitCode:
+    """Admission verdicts returned by the Lua script."""
+
+    OK, UNKNOWN, REVOKED, EXPIRED, RPM, TPM, BUDGET = range(7)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The verdict on one request. ``retry_after_s`` is set for RPM/TPM refusals."""
+
+    code: int
+    tenant: str
+    key_id: str
+    expires_s: float
+    retry_after_s: float
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """An API key as stored: everything but the secret."""
+
+    id: str
+    tenant: str
+    name: str
+    created_s: float
+    expires_s: float
+    revoked: bool
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One finished request. ``cost_nusd`` is USD × 1e9; ``est_tokens`` is what admission
+    charged to the TPM bucket (corrected to the real count when recorded)."""
+
+    ts_s: float
+    request_id: str
+    tenant: str
+    model: str
+    pool: str
+    provider: str
+    region: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_nusd: int
+    status: str
+    est_tokens: int = 0
+
+
+def period_ids(now_s: float) -> tuple[str, str, str]:
+    """(hour, day, month) ids of the budget periods containing ``now_s`` (UTC)."""
+    return _hour_period_ids(int(now_s // 3600))
+
+
+@functools.lru_cache(maxsize=256)
+def _hour_period_ids(hour: int) -> tuple[str, str, str]:
+    # Every flush asks this for each record; the answer only changes once an hour.
+    t = datetime.fromtimestamp(hour * 3600, UTC)
+    return t.strftime("h%Y%m%d%H"), t.strftime("d%Y%m%d"), t.strftime("m%Y%m")
+
+
+_METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class AccessTables:
+    """Typed access to the tenant/key/usage tables. Methods raise TableError on Redis
+    failure and never log or return a key's secret."""
+
+    def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self._admit = redis.register_script(table_scripts.ADMIT_LUA)
+
+    def _k(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    async def _run(self, pipe: Pipeline) -> list[Any]:
+        return await run_pipeline(pipe, "access tables")
+
+    # -- keys -----------------------------------------------------------------------------
+    async def store_key(self, digest_hex: str, record: KeyRecord) -> None:
+        """Store a key by its SHA-256. Idempotent for the same record."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(
+            self._k("key", digest_hex),
+            mapping={
+                "id": record.id,
+                "tenant": record.tenant,
+                "name": record.name,
+                "created_s": f"{record.created_s:.3f}",
+                "expires_s": f"{record.expires_s:.3f}",
+                "revoked": "1" if record.revoked else "0",
+            },
+        )
+        pipe.set(self._k("keyid", record.id), digest_hex)
+        pipe.sadd(self._k("tenantkeys", record.tenant), record.id)
+        await self._run(pipe)
+
+    async def revoke_key(self, key_id: str) -> bool:
+        """Revoke a key by id; True if it existed. Takes effect on the next admission."""
+        try:
+            digest = await self.redis.get(self._k("keyid", key_id))
+            if digest is None:
+                return False
+            await self.redis.hset(self._k("key", _s(digest)), "revoked", "1")
+        except RedisError as exc:
+            raise TableError(f"revoke failed: {exc}") from exc
+        return True
+
+    async def list_keys(self, tenant: str) -> list[KeyRecord]:
+        """Every key of a tenant, without secrets."""
+        try:
+            ids = sorted(_s(i) for i in await self.redis.smembers(self._k("tenantkeys", tenant)))
+            digests = [await self.redis.get(self._k("keyid", i)) for i in ids]
+            raws = [
+                await self.redis.hgetall(self._k("key", _s(d))) for d in digests if d is not None
+            ]
+        except RedisError as exc:
+            raise TableError(f"list keys failed: {exc}") from exc
+        out = []
+        for raw in raws:
+            r = {_s(k): _s(v) for k, v in raw.items()}
+            out.append(
+                KeyRecord(r["id"], r["tenant"], r.get("name", ""), float(r.get("created_s", 0)),
+                          float(r.get("expires_s", 0)), r.get("revoked") == "1")
+            )  # fmt: skip
+        return out
+
+    # -- tenants and limits ---------------------------------------------------------------
+    async def put_tenant(self, name: str, spec: TenantSpec) -> None:
+        """Store a tenant set through the admin API (it overrides the policy's)."""
+        try:
+            await self.redis.set(self._k("tenant", name), spec.model_dump_json())
+        except RedisError as exc:
+            raise TableError(f"put tenant failed: {exc}") from exc
+
+    async def delete_tenant(self, name: str) -> bool:
+        """Forget an admin-API tenant (the policy's, if any, applies again)."""
+        try:
+            return bool(await self.redis.delete(self._k("tenant", name)))
+        except RedisError as exc:
+            raise TableError(f"delete tenant failed: {exc}") from exc
+
+    async def tenant_overrides(self) -> dict[str, TenantSpec]:
+        """Every tenant set through the admin API."""
+        try:
+            keys = [k async for k in self.redis.scan_iter(match=self._k("tenant", "*"), count=500)]
+            values = [await self.redis.get(k) for k in keys]
+        except RedisError as exc:
+            raise TableError(f"read tenants failed: {exc}") from exc
+        cut = len(self._k("tenant", ""))
+        return {
+            _s(k)[cut:]: TenantSpec.model_validate_json(_s(v))
+            for k, v in zip(keys, values, strict=True)
+            if v
+        }
+
+    async def write_limits(self, tenants: Mapping[str, TenantSpec]) -> None:
+        """Publish the limits admission enforces for every tenant. Idempotent."""
+        pipe = self.redis.pipeline(transaction=False)
+        for name, spec in tenants.items():
+            key = self._k("limits", name)
+            pipe.delete(key)
+            fields: dict[Any, Any] = {"period": spec.budget_period}
+            if spec.rpm is not None:
+                fields["rpm"] = str(spec.rpm)
+            if spec.tpm is not None:
+                fields["tpm"] = str(spec.tpm)
+            if spec.budget_usd is not None:
+                fields["budget_nusd"] = str(round(spec.budget_usd * NANO))
+            pipe.hset(key, mapping=fields)
+        await self._run(pipe)
+
+    # -- the request path ------------------------------------------------------------------
+    async def admit(self, digest_hex: str, now_s: float, est_tokens: int) -> Admission:
+        """Check a key and its tenant's limits, charging them on success: ONE round trip."""
+        hour, day, month = period_ids(now_s)
+        args: list[Any] = [self.prefix, int(now_s * 1000), est_tokens, hour, day, month]
+        try:
+            code, tenant, wait_ms, key_id, expires = await self._admit(
+                keys=[self._k("key", digest_hex)], args=args
+            )
+        except RedisError as exc:
+            raise TableError(f"admission failed: {exc}") from exc
+        return Admission(
+            int(code), _s(tenant), _s(key_id), float(_s(expires)), int(wait_ms) / 1000.0
+        )
+
+    def add_usage(self, pipe: Pipeline, records: Iterable[UsageRecord]) -> None:
+        """Queue usage records, roll-ups, spend and TPM corrections on ``pipe`` (the
+        flush pipeline). Additive: the caller must not queue a record twice.
+
+        One stream entry per record; the roll-ups, spend and TPM corrections are summed
+        in process first, so a flush of a thousand requests of one tenant costs a few
+        dozen counter updates, not tens of thousands.
+        """
+        # Sum per (tenant, hour, pool, model, region, provider) first: a flush holds
+        # many requests of few such groups, and each group expands to 20 roll-up fields.
+        groups: dict[tuple[str, int, str, str, str, str], list[int]] = {}
+        tpm: dict[str, int] = {}
+        stream = self._k("usage")
+        for r in records:
+            fields: dict[Any, Any] = {
+                "ts": f"{r.ts_s:.3f}", "id": r.request_id, "tenant": r.tenant, "model": r.model,
+                "pool": r.pool, "provider": r.provider, "region": r.region,
+                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                "cost_nusd": r.cost_nusd, "status": r.status,
+            }  # fmt: skip
+            pipe.xadd(stream, fields, maxlen=USAGE_STREAM_MAXLEN, approximate=True)
+            gkey = (r.tenant, int(r.ts_s // 3600), r.pool, r.model, r.region, r.provider)
+            sums = groups.get(gkey)
+            if sums is None:
+                sums = groups[gkey] = [0, 0, 0, 0]
+            sums[0] += 1
+            sums[1] += r.prompt_tokens
+            sums[2] += r.completion_tokens
+            sums[3] += r.cost_nusd
+            if r.est_tokens:
+                # TPM was charged on an estimate at admission; give back (or take) the difference.
+                tpm[r.tenant] = (
+                    tpm.get(r.tenant, 0) + r.est_tokens - (r.prompt_tokens + r.completion_tokens)
+                )
+        rollups: dict[tuple[str, str], int] = {}
+        spend: dict[str, int] = {}
+        for (tenant, hour_n, pool, model, region, provider), sums in groups.items():
+            periods = _hour_period_ids(hour_n)
+            hour = self._k("usage", tenant, periods[0])
+            for group, value in (("pool", pool), ("model", model), ("region", region),
+                                 ("provider", provider), ("total", "all")):  # fmt: skip
+                for metric, amount in zip(_METRICS, sums, strict=True):
+                    key = (hour, f"{group}|{value}|{metric}")
+                    rollups[key] = rollups.get(key, 0) + amount
+            for period in periods:
+                skey = self._k("spend", tenant, period)
+                spend[skey] = spend.get(skey, 0) + sums[3]
+        for (hour, field_name), amount in rollups.items():
+            pipe.hincrby(hour, field_name, amount)
+        for hour in {h for h, _ in rollups}:
+            pipe.expire(hour, 90 * 86400)
+        for skey, amount in spend.items():
+            pipe.incrby(skey, amount)
+            pipe.expire(skey, 40 * 86400)
+        for tenant, delta in tpm.items():
+            if delta:
+                # EVAL, not EVALSHA: this runs once per tenant per flush, inside a
+                # synchronous pipeline build, and must not depend on the script cache.
+                bucket, limits = self._k("bucket", tenant, "tpm"), self._k("limits", tenant)
+                pipe.eval(table_scripts.TPM_CORRECT_LUA, 2, bucket, limits, delta)
+
+    async def usage(
+        self, tenant: str, from_s: float, to_s: float, group_by: str
+    ) -> dict[str, dict[str, int]]:
+        """Roll-ups of ``tenant`` summed over the hours in [from_s, to_s), by ``group_by``
+        (pool, model, region, provider or total): value -> {requests, prompt_tokens,
+        completion_tokens, cost_nusd}."""
+        hours: list[str] = []
+        t = from_s - from_s % 3600
+        while t < to_s and len(hours) < 24 * 400:
+            hours.append(self._k("usage", tenant, period_ids(t)[0]))
+            t += 3600
+        pipe = self.redis.pipeline(transaction=False)
+        for h in hours:
+            pipe.hgetall(h)
+        out: dict[str, dict[str, int]] = {}
+        for raw in await self._run(pipe):
+            for field_name, value in raw.items():
+                group, name, metric = _s(field_name).split("|", 2)
+                if group == group_by:
+                    slot = out.setdefault(name, {})
+                    slot[metric] = slot.get(metric, 0) + int(_s(value))
+        return out
+
+    async def usage_records(self, count: int = 100_000) -> list[dict[str, str]]:
+        """The newest per-request usage records (oldest first)."""
+        try:
+            entries = await self.redis.xrevrange(self._k("usage"), count=count)
+        except RedisError as exc:
+            raise TableError(f"read usage failed: {exc}") from exc
+        return [
+            {_s(k): _s(v) for k, v in (fields or {}).items()}
+            for _, fields in reversed(entries or [])
+        ]
+
+
+def now_s() -> float:
+    """Wall-clock seconds (the only clock this module reads, for the CLI)."""
+    return time.time()

@@ -1,0 +1,377 @@
+"""The live tables in Redis: the only code in skyroute that spells a Redis key.
+
+Schema (all keys under ``{prefix}``, default ``sr:v1``):
+
+    pool:{id}:stats      hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
+    pool:{id}:ttft       list   recent TTFT samples, ms (newest first, capped)
+    pool:{id}:tpot       list   recent TPOT samples, ms
+    pool:{id}:replicas   hash   ready, target                                 (fleet/autoscaler)
+    pool:{id}:health     hash   router.health.HealthRecord, compare-and-set on version
+    price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
+                               [usd_per_hour, instance_type, purchase]
+    inflight:{replica}   hash   pool id -> requests in flight on that gateway replica (TTL)
+    replicas             zset   gateway replica id -> last heartbeat, unix ms
+    events               pub/sub channel: a table changed, refresh the snapshot now
+
+Each gateway replica writes its own absolute in-flight counts under its own key with a
+short TTL, so a replica that dies takes its counts with it and nothing can drift
+negative; readers sum the live replicas' shares.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import RedisError
+
+from base.errors import TableError
+from live import table_scripts
+from router.health import HealthRecord
+from router.snapshot import EWMA_ALPHA, PoolRow
+
+SAMPLES_KEPT = 256
+
+
+@dataclass
+class PoolObservations:
+    """Observations of one pool gathered in-process between two flushes (ms)."""
+
+    ttft_ms: list[float] = field(default_factory=list)
+    tpot_ms: list[float] = field(default_factory=list)
+    ok: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class PriceEntry:
+    """A pool's price as the feeds last saw it.
+
+    ``stale``: older than the policy's bound; routing still uses it, but shows it.
+    ``usd_per_hour``, ``instance_type`` and ``purchase`` describe the priced instance
+    (optional, for display).
+    """
+
+    usd_per_gpu_hour: float
+    source: str
+    fetched_at_s: float
+    stale: bool = False
+    usd_per_hour: float | None = None
+    instance_type: str = ""
+    purchase: str = ""
+
+
+def _f(raw: Mapping[str, str], key: str, default: float = float("nan")) -> float:
+    value = raw.get(key)
+    if value is None:
+        return default
+    try:
+        out = float(value)
+    except ValueError:
+        return default
+    return out if math.isfinite(out) else default
+
+
+def _percentiles(samples: list[str]) -> tuple[float, float]:
+    if not samples:
+        return float("nan"), float("nan")
+    values = np.asarray([float(s) for s in samples])
+    p50, p99 = np.percentile(values, [50, 99])
+    return float(p50), float(p99)
+
+
+class LiveTables:
+    """Typed reader and writer of the live tables over one ``redis.asyncio.Redis``.
+
+    Every method either completes or raises TableError (from the redis exception);
+    none retries by itself: the caller's background loop decides.
+    """
+
+    def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self._ewma = redis.register_script(table_scripts.EWMA_LUA)
+        self._inflight = redis.register_script(table_scripts.INFLIGHT_LUA)
+        self._rtt = redis.register_script(table_scripts.RTT_LUA)
+        self._health_cas = redis.register_script(table_scripts.HEALTH_CAS_LUA)
+
+    # -- key spelling -------------------------------------------------------------------
+    def _pool(self, pool_id: str, table: str) -> str:
+        return f"{self.prefix}:pool:{pool_id}:{table}"
+
+    def _price(self, pool_id: str) -> str:
+        return f"{self.prefix}:price:{pool_id}"
+
+    def _inflight_key(self, replica_id: str) -> str:
+        return f"{self.prefix}:inflight:{replica_id}"
+
+    @property
+    def events_channel(self) -> str:
+        """The pub/sub channel that announces table changes."""
+        return f"{self.prefix}:events"
+
+    @property
+    def _replicas(self) -> str:
+        return f"{self.prefix}:replicas"
+
+    # -- the gateway's batched write -----------------------------------------------------
+    async def flush(
+        self,
+        replica_id: str,
+        *,
+        now_ms: int,
+        inflight: Mapping[str, int],
+        inflight_ttl_ms: int,
+        observations: Mapping[str, PoolObservations],
+        extra: Callable[[Pipeline], None] | None = None,
+    ) -> None:
+        """Write one gateway replica's in-flight counts and observations in ONE round-trip.
+        ``extra`` may queue more commands on the same pipeline (usage records).
+
+        ``inflight`` holds absolute counts (requests), so repeating a flush is harmless.
+        Observations are additive: flushing the same batch twice counts it twice.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        key = self._inflight_key(replica_id)
+        if inflight:
+            pipe.hset(key, mapping={k: str(v) for k, v in inflight.items()})
+        pipe.pexpire(key, inflight_ttl_ms)
+        pipe.zadd(self._replicas, {replica_id: now_ms})
+        pipe.zremrangebyscore(self._replicas, "-inf", now_ms - 10 * inflight_ttl_ms)
+        for pool_id, obs in observations.items():
+            n_ttft, n_tpot = len(obs.ttft_ms), len(obs.tpot_ms)
+            args: list[Any] = [
+                EWMA_ALPHA,
+                n_ttft,
+                sum(obs.ttft_ms) / n_ttft if n_ttft else 0,
+                n_tpot,
+                sum(obs.tpot_ms) / n_tpot if n_tpot else 0,
+                obs.ok,
+                obs.errors,
+                now_ms,
+            ]
+            await self._ewma(keys=[self._pool(pool_id, "stats")], args=args, client=pipe)
+            for table, samples in (("ttft", obs.ttft_ms), ("tpot", obs.tpot_ms)):
+                if samples:
+                    pipe.lpush(self._pool(pool_id, table), *(f"{s:.3f}" for s in samples))
+                    pipe.ltrim(self._pool(pool_id, table), 0, SAMPLES_KEPT - 1)
+        if extra is not None:
+            extra(pipe)
+        try:
+            await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"flush failed: {exc}") from exc
+
+    async def release(self, replica_id: str) -> None:
+        """Remove this replica's in-flight share at once (graceful shutdown). Idempotent."""
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.delete(self._inflight_key(replica_id))
+            pipe.zrem(self._replicas, replica_id)
+            await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"release failed: {exc}") from exc
+
+    # -- the snapshot read -----------------------------------------------------------------
+    async def read(
+        self,
+        pool_ids: Iterable[str],
+        now_ms: int,
+        replica_ttl_ms: int,
+        exclude_replica: str = "",
+        *,
+        with_samples: bool = True,
+    ) -> dict[str, PoolRow]:
+        """Read every table for ``pool_ids`` in one pipelined round-trip.
+
+        In-flight counts are summed over replicas that sent a heartbeat within
+        ``replica_ttl_ms``, leaving out ``exclude_replica``. Unreadable fields come
+        back as 'not known' (NaN). ``with_samples=False`` skips the sample lists (and
+        so the percentiles), which routing does not use: the gateway's 10-per-second
+        refresh reads only what routing needs.
+        """
+        ids = list(pool_ids)
+        pipe = self.redis.pipeline(transaction=False)
+        await self._inflight(
+            keys=[self._replicas],
+            args=[now_ms - replica_ttl_ms, f"{self.prefix}:inflight:", exclude_replica],
+            client=pipe,
+        )
+        for pid in ids:
+            pipe.hgetall(self._pool(pid, "stats"))
+            if with_samples:
+                pipe.lrange(self._pool(pid, "ttft"), 0, -1)
+                pipe.lrange(self._pool(pid, "tpot"), 0, -1)
+            pipe.hgetall(self._pool(pid, "replicas"))
+            pipe.hgetall(self._pool(pid, "health"))
+            pipe.hgetall(self._price(pid))
+        try:
+            results = await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"snapshot read failed: {exc}") from exc
+        flat = [_s(x) for x in results[0]]
+        inflight = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
+        rows: dict[str, PoolRow] = {}
+        for n, pid in enumerate(ids):
+            stride = 6 if with_samples else 4
+            fields = [_decode(x) for x in results[1 + stride * n : 1 + stride * (n + 1)]]
+            if not with_samples:
+                fields[1:1] = [[], []]
+            stats, ttft, tpot, replicas, health, price = fields
+            assert isinstance(stats, dict) and isinstance(replicas, dict)
+            assert isinstance(health, dict) and isinstance(price, dict)
+            assert isinstance(ttft, list) and isinstance(tpot, list)
+            ttft_p50, ttft_p99 = _percentiles(ttft)
+            tpot_p50, tpot_p99 = _percentiles(tpot)
+            rows[pid] = PoolRow(
+                ttft_ewma_ms=_f(stats, "ttft_ewma_ms"),
+                tpot_ewma_ms=_f(stats, "tpot_ewma_ms"),
+                ttft_at_s=_f(stats, "ttft_ewma_ms_at_ms", 0.0) / 1000.0,
+                tpot_at_s=_f(stats, "tpot_ewma_ms_at_ms", 0.0) / 1000.0,
+                ttft_p50_ms=ttft_p50,
+                ttft_p99_ms=ttft_p99,
+                tpot_p50_ms=tpot_p50,
+                tpot_p99_ms=tpot_p99,
+                samples=int(_f(stats, "samples", 0)),
+                rtt_ms=_f(stats, "rtt_ms"),
+                errors=int(_f(stats, "errors", 0)),
+                inflight=max(inflight.get(pid, 0.0), 0.0),
+                ready_replicas=_f(replicas, "ready"),
+                target_replicas=_f(replicas, "target"),
+                health=HealthRecord.from_fields(health),
+                usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
+                price_source=price.get("source", ""),
+                price_fetched_at_s=_f(price, "fetched_at_s", 0.0),
+                price_stale=price.get("stale") == "1",
+            )
+        return rows
+
+    async def read_own_inflight(self, replica_id: str) -> dict[str, int]:
+        """This replica's last flushed in-flight share (used to re-sync after a restart)."""
+        try:
+            raw = await self.redis.hgetall(self._inflight_key(replica_id))
+        except RedisError as exc:
+            raise TableError(f"read failed: {exc}") from exc
+        return {_s(k): int(float(_s(v))) for k, v in raw.items()}
+
+    # -- fleet, health and price writers --------------------------------------------------
+    async def record_rtt(self, rtt_ms: Mapping[str, float]) -> None:
+        """Record measured gateway-to-pool round-trip times (ms), one pipeline, as an
+        EWMA per pool. Additive like observations: each call is one more sample."""
+        pipe = self.redis.pipeline(transaction=False)
+        for pool_id, ms in rtt_ms.items():
+            await self._rtt(keys=[self._pool(pool_id, "stats")], args=[EWMA_ALPHA, ms], client=pipe)
+        try:
+            await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"rtt write failed: {exc}") from exc
+
+    async def set_replicas(self, pool_id: str, ready: int, target: int | None = None) -> None:
+        """Record a pool's ready (and target) replica count. Idempotent."""
+        mapping = {"ready": str(ready)}
+        if target is not None:
+            mapping["target"] = str(target)
+        await self._write(self._pool(pool_id, "replicas"), mapping)
+
+    async def read_health(self, pool_id: str) -> HealthRecord:
+        """A pool's shared health record (the default HEALTHY record if none)."""
+        try:
+            raw = await self.redis.hgetall(self._pool(pool_id, "health"))
+        except RedisError as exc:
+            raise TableError(f"health read failed: {exc}") from exc
+        return HealthRecord.from_fields({_s(k): _s(v) for k, v in raw.items()})
+
+    async def update_health(
+        self, pool_id: str, change: Callable[[HealthRecord], HealthRecord | None], attempts: int = 8
+    ) -> tuple[HealthRecord, HealthRecord] | None:
+        """Apply ``change`` to a pool's health record atomically (compare-and-set on its
+        version) and announce it. Returns (before, after), or None if ``change`` found
+        nothing to do. Retries when another replica wrote first; raises TableError if it
+        keeps losing or Redis fails.
+        """
+        key = self._pool(pool_id, "health")
+        for _ in range(attempts):
+            current = await self.read_health(pool_id)
+            new = change(current)
+            if new is None:
+                return None
+            new = replace(new, version=current.version + 1)
+            flat: list[str] = [str(current.version)]
+            for field_name, value in new.to_fields().items():
+                flat += [field_name, value]
+            try:
+                won = await self._health_cas(keys=[key, self.events_channel], args=flat)
+            except RedisError as exc:
+                raise TableError(f"health write failed: {exc}") from exc
+            if won:
+                return current, new
+        raise TableError(f"health record of {pool_id} kept changing under us")
+
+    async def set_price(self, pool_id: str, price: PriceEntry) -> None:
+        """Record a pool's price in USD per GPU-hour. Idempotent."""
+        mapping = {
+            "usd_per_gpu_hour": repr(price.usd_per_gpu_hour),
+            "source": price.source,
+            "fetched_at_s": f"{price.fetched_at_s:.3f}",
+            "stale": "1" if price.stale else "0",
+            "instance_type": price.instance_type,
+            "purchase": price.purchase,
+        }
+        if price.usd_per_hour is not None:
+            mapping["usd_per_hour"] = repr(price.usd_per_hour)
+        await self._write(self._price(pool_id), mapping)
+
+    async def _write(self, key: str, mapping: Mapping[str, str]) -> None:
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            fields: dict[Any, Any] = dict(mapping)
+            pipe.hset(key, mapping=fields)
+            pipe.publish(self.events_channel, key)
+            await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"write {key} failed: {exc}") from exc
+
+    async def clear_pool(self, pool_id: str) -> None:
+        """Forget every live value of a pool (tests, and pools removed from the policy)."""
+        try:
+            await self.redis.delete(
+                *(self._pool(pool_id, t) for t in ("stats", "ttft", "tpot", "replicas", "health")),
+                self._price(pool_id),
+            )
+        except RedisError as exc:
+            raise TableError(f"clear failed: {exc}") from exc
+
+
+async def _execute(pipe: Pipeline) -> list[Any]:
+    # Reset in every case, so a failed pipeline gives its connection back to the pool.
+    try:
+        result: list[Any] = await pipe.execute()
+        return result
+    finally:
+        await pipe.reset()  # type: ignore[no-untyped-call]
+
+
+async def run_pipeline(pipe: Pipeline, what: str) -> list[Any]:
+    """Execute ``pipe`` and give its connection back whatever happens; a Redis failure
+    becomes TableError("{what}: ...")."""
+    try:
+        return await _execute(pipe)
+    except RedisError as exc:
+        raise TableError(f"{what}: {exc}") from exc
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_s(k): _s(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_s(v) for v in value]
+    return value

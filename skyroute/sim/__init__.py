@@ -1,6 +1,0 @@
-"""Trace-driven simulation of a skyroute fleet: replay a request trace against routing
-policies with an autoscaler in the loop, and bound them with the offline optimum.
-
-``skyroute simulate`` (``skyroute.sim.cli``) is the entry point; ``compare.compare`` the
-library one.
-"""
