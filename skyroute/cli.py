@@ -1,6 +1,9 @@
 """The ``skyroute`` command line: one program, many subcommands.
 
-This is the composition root: the only module that imports every package.
+This is the composition root: the only package that imports every other. A subcommand's
+modules are imported when it runs, never at start-up: ``skyroute --help`` lists the
+subcommands from :data:`COMMANDS` without importing them, and ``skyroute serve`` imports
+the gateway but not the simulator, the autoscaler or any cloud SDK.
 """
 
 from __future__ import annotations
@@ -9,16 +12,18 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from base.errors import PolicyError, SkyrouteError
-from gateway.settings import GatewaySettings
-from live.policy_file import load_policy
-from router.compiled import compile_policy
-from router.scoring import RouteRequest
 from skyroute import logs
+
+if TYPE_CHECKING:
+    from gateway.settings import GatewaySettings
 
 
 def _settings(args: argparse.Namespace) -> GatewaySettings:
+    from gateway.settings import GatewaySettings  # noqa: PLC0415 - see the module docstring
+
     overrides = {
         k: v for k, v in {"port": args.port, "host": args.host, "policy": args.policy}.items() if v
     }
@@ -55,6 +60,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
 
 def cmd_policy_check(args: argparse.Namespace) -> int:
+    from live.policy_file import load_policy  # noqa: PLC0415
+
     try:
         policy = load_policy(args.file)
     except PolicyError as exc:
@@ -70,6 +77,10 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    from gateway.settings import GatewaySettings  # noqa: PLC0415
+    from live.policy_file import load_policy  # noqa: PLC0415
+    from router.compiled import compile_policy  # noqa: PLC0415
+    from router.scoring import RouteRequest  # noqa: PLC0415
     from skyroute.explain import explain  # noqa: PLC0415
 
     settings = GatewaySettings(**({"policy": args.policy} if args.policy else {}))
@@ -86,25 +97,44 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-# Modules that add their own subcommands: each has ``register(subparsers)``, which adds
-# its parsers and sets ``func`` (taking the parsed args, returning an exit code).
-PLUGIN_COMMANDS: tuple[str, ...] = (
-    "skyroute.pools_cmd",
-    "skyroute.access_cmd",
-    "skyroute.prices_cmd",
-    "skyroute.autoscale_cmd",
-    "skyroute.simulate_cmd",
-)
+# Subcommands defined in modules of their own: name -> (module, one-line help). Each
+# module has ``register(subparsers)``, which adds its parsers and sets ``func`` (taking
+# the parsed args, returning an exit code). Only the module of the subcommand being run
+# is imported; the others appear in ``--help`` with the help given here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "pools": ("skyroute.pools_cmd", "table of every pool: state, in-flight, latency, price"),
+    "pool": ("skyroute.pools_cmd", "cordon/drain or uncordon one pool"),
+    "keys": ("skyroute.access_cmd", "create, list or revoke API keys"),
+    "tenants": ("skyroute.access_cmd", "the effective tenants (policy + admin API)"),
+    "usage": ("skyroute.access_cmd", "spend and tokens of a tenant"),
+    "prices": ("skyroute.prices_cmd", "GPU price feeds: refresh, watch, show"),
+    "autoscale": ("skyroute.autoscale_cmd", "run the autoscaler sidecar: forecast, plan, resize"),
+    "profile": ("skyroute.autoscale_cmd", "measure a goodput profile against an engine"),
+    "simulate": ("skyroute.simulate_cmd", "replay a request trace through routing policies"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every subcommand, with the full arguments of ``command``
+    (importing its module) and of the built-in ones; the other modules' subcommands are
+    placeholders that carry their help line (all of them when ``command`` is None)."""
     parser = argparse.ArgumentParser(
         prog="skyroute", description="Multi-cloud LLM inference routing gateway."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in PLUGIN_COMMANDS:
-        importlib.import_module(module).register(sub)
+    registered: set[str] = set()
+    for name, (module, help_line) in COMMANDS.items():
+        if name == command:
+            if module not in registered:
+                importlib.import_module(module).register(sub)
+                registered.add(module)
+        elif name not in sub.choices:
+            sub.add_parser(name, help=help_line, add_help=False)
 
     def server_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--port", type=int, help="listen port (env SKYROUTE_PORT, default 8080)")
@@ -153,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``skyroute`` console script."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command_of(words)).parse_args(words)
     try:
         code = int(args.func(args))
     except PolicyError as exc:

@@ -1,0 +1,124 @@
+"""Start-up cost of the command line and of one gateway worker. Prints numbers only.
+
+    python loadtests/bench_startup.py [--src DIR] [--runs 5]
+
+- ``skyroute --help`` wall time (median of ``--runs``);
+- ``skyroute serve``: the modules a worker has imported once it is serving (counted in a
+  child that takes the same path as ``serve``: parse the arguments, import the serving
+  modules), start-to-ready time (process start until ``/readyz`` says ready), and its idle
+  RSS two seconds after it became ready.
+
+``--src`` measures another checkout of skyroute (for a before/after: a ``git worktree``
+of an older commit) with the same interpreter. Redis is ``SKYROUTE_REDIS_URL`` or an
+embedded one; everything runs on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from skyroute.embedded_redis import free_port, redis_url_or_embedded
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = "from skyroute.cli import main; main()"
+# The path ``skyroute serve`` takes before it serves: the parser, then the serving modules.
+SERVE_IMPORTS = """
+import sys
+try:
+    from skyroute.cli import build_parser
+    build_parser("serve")
+except TypeError:  # before the lazy command line: one parser with every subcommand
+    from skyroute.cli import build_parser
+    build_parser()
+import skyroute.serve, gateway.app
+heavy = [m for m in ("scipy", "matplotlib", "boto3", "google.cloud", "azure") if m in sys.modules]
+print(len(sys.modules), ",".join(heavy) or "-")
+"""
+
+
+def _env(src: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(src)}
+
+
+def help_wall_s(src: Path, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", CLI, "--help"], cwd=src, env=_env(src),
+                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def serve_modules(src: Path) -> tuple[int, str]:
+    out = subprocess.run([sys.executable, "-c", SERVE_IMPORTS], cwd=src, env=_env(src),
+                         check=True, capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+    count, heavy = out.split()
+    return int(count), heavy
+
+
+def _policy(src: Path) -> Path:
+    for rel in ("skyroute/fleet/demo-policy.yaml",):
+        if (src / rel).exists():
+            return src / rel
+    raise SystemExit(f"no demo policy under {src}")
+
+
+def serve_ready(src: Path, redis_url: str) -> tuple[float, float]:
+    """(start-to-ready seconds, idle RSS MB) of one ``skyroute serve`` worker."""
+    port = free_port()
+    env = {**_env(src), "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(port),
+           "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_POLICY": str(_policy(src)),
+           "SKYROUTE_LOG_LEVEL": "WARNING", "SKYROUTE_ADMIN_TOKEN": secrets.token_hex(16),
+           "SKYROUTE_REDIS_PREFIX": f"startup{secrets.token_hex(4)}"}  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "serve"], cwd=src, env=env)
+    try:
+        deadline = t0 + 60
+        while time.perf_counter() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"serve exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                    if b"ready" in r.read():
+                        break
+            except OSError:
+                time.sleep(0.01)
+        ready = time.perf_counter() - t0
+        time.sleep(2.0)
+        rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return ready, rss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--src", type=Path, default=ROOT, help="checkout to measure")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    src = args.src.resolve()
+    help_s = help_wall_s(src, args.runs)
+    modules, heavy = serve_modules(src)
+    with redis_url_or_embedded(os.environ.get("SKYROUTE_REDIS_URL")) as url:
+        readies, rsses = zip(*(serve_ready(src, url) for _ in range(args.runs)), strict=True)
+    print(f"source                     {src}")
+    print(f"skyroute --help            {help_s * 1000:8.0f} ms (median of {args.runs})")
+    print(f"serve: modules imported    {modules:8d} (heavy: {heavy})")
+    print(f"serve: start to ready      {statistics.median(readies) * 1000:8.0f} ms (median)")
+    print(f"serve: idle RSS            {statistics.median(rsses):8.1f} MB (median)")
+
+
+if __name__ == "__main__":
+    main()
