@@ -16,11 +16,15 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/skyroute
 COPY pyproject.toml README.md ./
+COPY base/ base/
 COPY router/ router/
-COPY gateway/ gateway/
+COPY live/ live/
 COPY adapters/ adapters/
+COPY simengine/ simengine/
+COPY gateway/ gateway/
 COPY pricing/ pricing/
 COPY autoscaler/ autoscaler/
+COPY simulator/ simulator/
 COPY skyroute/ skyroute/
 # Build skyroute's own (pure-Python) wheel, then install it and its dependencies from wheels
 # into a virtualenv that is copied whole into the runtime stage.

@@ -80,3 +80,14 @@ def test_the_build_context_excludes_everything_but_the_packages() -> None:
     copied = set(re.findall(r"^COPY (?!--from)(\S+)", DOCKERFILE.read_text(), re.M))
     copied |= {"README.md"}
     assert {c.rstrip("/") for c in copied} <= allowed
+
+
+def test_every_package_of_the_distribution_is_copied_into_the_image() -> None:
+    import tomllib  # noqa: PLC0415
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in include}
+    copied = set(re.findall(r"^COPY (?!--from)(\S+)/ ", DOCKERFILE.read_text(), re.M))
+    assert packages == copied
