@@ -26,6 +26,7 @@ any layer may import it.
     ├── TableError                  the live tables in Redis could not be read or written
     ├── SimulationError             bad simulator input (simulator.errors)
     ├── PriceFeedError              a price feed could not be read (``reason`` says why)
+    ├── CommandError                the command line cannot do what it was asked (says what to do)
     └── AdapterError                a cloud control plane failed
         ├── NotImplementedByProvider  optional capability absent
         ├── OutOfCapacity           stockout in the zone/region
@@ -193,6 +194,10 @@ class PriceFeedError(SkyrouteError):
         super().__init__(message)
         self.feed = feed
         self.reason = reason
+
+
+class CommandError(SkyrouteError):
+    """A ``skyroute`` subcommand cannot proceed; the message says what to do instead."""
 
 
 class AdapterError(SkyrouteError):

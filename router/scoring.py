@@ -81,6 +81,9 @@ class Ranking:
     n_feasible: int
     slo_ttft_ms: float
     slo_tpot_ms: float
+    # The targets less their headroom: what a pool's predictions must meet to be feasible.
+    ttft_limit_ms: float
+    tpot_limit_ms: float
     near_tie: float
     # Arrays over ``candidates`` (the model's pools), in policy order.
     local_ttft_ms: FloatArray
@@ -208,19 +211,27 @@ class Ranking:
                     )
                 return "near-tie with the cheapest, more loaded"
             return f"feasible, +${cost - cheapest:.2e} over the cheapest"
-        misses = []
-        if self.ttft_ms[i] > self.slo_ttft_ms:
-            misses.append(f"ttft {self.ttft_ms[i]:.0f}ms > slo {self.slo_ttft_ms:.0f}ms")
-        if self.tpot_ms[i] > self.slo_tpot_ms:
-            misses.append(f"tpot {self.tpot_ms[i]:.0f}ms > slo {self.slo_tpot_ms:.0f}ms")
+        misses: list[str] = []
+        if self.ttft_ms[i] > self.ttft_limit_ms:
+            misses.append(_miss("ttft", self.ttft_ms[i], self.ttft_limit_ms, self.slo_ttft_ms))
+        if self.tpot_ms[i] > self.tpot_limit_ms:
+            misses.append(_miss("tpot", self.tpot_ms[i], self.tpot_limit_ms, self.slo_tpot_ms))
         j = int(np.flatnonzero(self.candidates == i)[0])
         cap = self.local_load_cap
+        slo_missed = bool(misses)
         if cap is not None and self.local_load[j] > cap[j]:
             misses.append(f"slots over {cap[j]:.0%} are kept for nearer clients")
         if not np.isfinite(self.cost_usd[i]):
             misses.append("no price")
         suffix = "fallback by speed" if i in self.order else "not tried (fallback: reject)"
-        return f"misses SLO: {', '.join(misses)}; {suffix}"
+        label = "misses SLO" if slo_missed else "not feasible"
+        return f"{label}: {', '.join(misses)}; {suffix}"
+
+
+def _miss(what: str, predicted: float, limit: float, target: float) -> str:
+    if limit < target:
+        return f"{what} {predicted:.0f}ms > {limit:.0f}ms (slo {target:.0f}ms less headroom)"
+    return f"{what} {predicted:.0f}ms > slo {target:.0f}ms"
 
 
 def rank(
@@ -321,6 +332,8 @@ def rank(
         n_feasible=n_feasible,
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
+        ttft_limit_ms=slo.ttft_ms * policy.keep_ttft,
+        tpot_limit_ms=slo.tpot_ms * policy.keep_tpot,
         near_tie=pol.routing.near_tie,
         local_ttft_ms=ttft,
         local_tpot_ms=tpot,

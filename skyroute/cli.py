@@ -77,14 +77,14 @@ def cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from gateway.settings import GatewaySettings  # noqa: PLC0415
     from live.policy_file import load_policy  # noqa: PLC0415
     from router.compiled import compile_policy  # noqa: PLC0415
     from router.scoring import RouteRequest  # noqa: PLC0415
+    from skyroute.context import policy_path, redis_target  # noqa: PLC0415
     from skyroute.explain import explain  # noqa: PLC0415
 
-    settings = GatewaySettings(**({"policy": args.policy} if args.policy else {}))
-    compiled = compile_policy(load_policy(settings.policy))
+    compiled = compile_policy(load_policy(policy_path(args.policy)))
+    redis_url, prefix = redis_target()
     model = compiled.policy.models.get(args.model)
     request = RouteRequest(
         model=args.model,
@@ -93,7 +93,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         slo_class=args.slo or (model.default_slo if model else ""),
         client_region=args.client_region or compiled.policy.routing.default_client_region,
     )
-    print(explain(compiled, request, settings.redis_url, settings.redis_prefix))
+    print(explain(compiled, request, redis_url, prefix or "sr:v1"))
     return 0
 
 
@@ -124,16 +124,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     (importing its module) and of the built-in ones; the other modules' subcommands are
     placeholders that carry their help line (all of them when ``command`` is None)."""
     parser = argparse.ArgumentParser(
-        prog="skyroute", description="Multi-cloud LLM inference routing gateway."
+        prog="skyroute",
+        description="Multi-cloud LLM inference routing gateway.",
+        epilog="--debug (anywhere on the line): print the traceback of an unexpected failure",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    registered: set[str] = set()
-    for name, (module, help_line) in COMMANDS.items():
-        if name == command:
-            if module not in registered:
-                importlib.import_module(module).register(sub)
-                registered.add(module)
-        elif name not in sub.choices:
+    if command in COMMANDS:
+        importlib.import_module(COMMANDS[command][0]).register(sub)
+    for name, (_, help_line) in COMMANDS.items():
+        if name not in sub.choices:
             sub.add_parser(name, help=help_line, add_help=False)
 
     def server_args(p: argparse.ArgumentParser) -> None:
@@ -182,17 +181,28 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``skyroute`` console script."""
+    """Entry point of the ``skyroute`` console script.
+
+    Every failure is one line on stderr and exit code 1 (130 on Ctrl-C); ``--debug``
+    prints the traceback of an unexpected one as well.
+    """
     words = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in words
+    words = [w for w in words if w != "--debug"]
     args = build_parser(_command_of(words)).parse_args(words)
     try:
         code = int(args.func(args))
-    except PolicyError as exc:
-        print(f"skyroute: {exc}", file=sys.stderr)
-        code = 1
     except SkyrouteError as exc:
         print(f"skyroute: {exc}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(
+            f"skyroute: {type(exc).__name__}: {exc} (run again with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        code = 1
     sys.exit(code)

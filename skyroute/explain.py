@@ -29,7 +29,8 @@ async def live_snapshot(policy: CompiledPolicy, redis_url: str, prefix: str) -> 
 
 
 def _fmt(value: float, spec: str) -> str:
-    return format(value, spec) if math.isfinite(value) else "-"
+    """``value`` by ``spec`` (which starts with its width); not finite: ``-`` in that width."""
+    return format(value, spec) if math.isfinite(value) else "-".rjust(int(spec.partition(".")[0]))
 
 
 def render(ranking: Ranking) -> str:

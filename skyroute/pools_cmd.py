@@ -1,24 +1,34 @@
 """``skyroute pools`` and ``skyroute pool drain|uncordon ID``: the fleet's health through
-the admin API of a running gateway (``SKYROUTE_ADMIN_URL``, default
-``http://127.0.0.1:$SKYROUTE_PORT``, with ``SKYROUTE_ADMIN_TOKEN``)."""
+the admin API of a running gateway, found through :mod:`skyroute.context`."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
+
+import httpx
+import orjson
 
 from skyroute.admin_client import admin_client, failed
 
+# Long enough for any drain deadline an operator would set; the server ends the wait first.
+_DRAIN_WAIT_CAP_S = 900.0
+
 
 def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    """``value`` formatted by ``spec``; a missing value is a ``-`` in the same width."""
+    if value is None:
+        width = re.match(r"[<>^]?(\d*)", spec)
+        return "-".rjust(int(width.group(1)) if width and width.group(1) else 1)
+    return format(value, spec)
 
 
 def render_pools(pools: list[dict[str, Any]]) -> str:
     """The pools as a fixed-width table."""
     head = (
         f"{'pool':<36} {'state':<9} {'infl':>5} {'ready':>5} {'ttft_ms':>8} {'tpot_ms':>8} "
-        f"{'rtt_ms':>7} {'$/gpu-h':>8}  flags / reason"
+        f"{'probe_ms':>8} {'$/gpu-h':>8}  flags / reason"
     )
     lines = [head, "-" * len(head)]
     for p in pools:
@@ -28,18 +38,22 @@ def render_pools(pools: list[dict[str, Any]]) -> str:
         lines.append(
             f"{p['id']:<36} {p['state']:<9} {p['inflight']:>5.0f} "
             f"{_fmt(p['ready_replicas'], '>5.0f')} {_fmt(p['ttft_ewma_ms'], '>8.0f')} "
-            f"{_fmt(p['tpot_ewma_ms'], '>8.1f')} {_fmt(p['rtt_ms'], '>7.1f')} "
+            f"{_fmt(p['tpot_ewma_ms'], '>8.1f')} {_fmt(p['rtt_ms'], '>8.1f')} "
             f"{_fmt(p['usd_per_gpu_hour'], '>8.3f')}  {flags}{p['reason']}"
         )
     return "\n".join(lines)
 
 
-def cmd_pools(_: argparse.Namespace) -> int:
+def cmd_pools(args: argparse.Namespace) -> int:
     with admin_client() as client:
         reply = client.get("/admin/pools")
     if failed(reply):
         return 1
-    print(render_pools(reply.json()["pools"]))
+    pools = reply.json()["pools"]
+    if args.output == "json":
+        print(orjson.dumps(pools, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render_pools(pools))
     return 0
 
 
@@ -48,7 +62,11 @@ def cmd_drain(args: argparse.Namespace) -> int:
     if args.deadline is not None:
         params["deadline_s"] = args.deadline
     with admin_client() as client:
-        reply = client.post(f"/admin/pools/{args.pool_id}/drain", params=params)
+        timeout = client.timeout
+        if args.wait:
+            wait_s = args.deadline if args.deadline is not None else _DRAIN_WAIT_CAP_S
+            timeout = httpx.Timeout(wait_s + 10.0, connect=3.0)
+        reply = client.post(f"/admin/pools/{args.pool_id}/drain", params=params, timeout=timeout)
     if failed(reply):
         return 1
     body = reply.json()
@@ -76,6 +94,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "pools", help="table of every pool: state, in-flight, latency, price, replicas"
     )
+    p.add_argument("--output", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_pools)
     p = sub.add_parser("pool", help="cordon/drain or uncordon one pool")
     pool_sub = p.add_subparsers(dest="pool_command", required=True)

@@ -635,3 +635,17 @@ def test_slo_headroom_rejects_a_pool_predicted_just_under_the_target() -> None:
 
     assert _order(rank(_req(), strict, _snap(strict, cheap=row))) == [PRICEY, CHEAP]
     assert _order(rank(_req(), lax, _snap(lax, cheap=row))) == [CHEAP, PRICEY]
+
+
+def test_explain_names_the_headroom_when_a_pool_is_within_its_slo_but_over_the_margin() -> None:
+    probe = _compile(_pool("aws:r1:a", price=1.0))
+    ttft = float(rank(_req(), probe, _snap(probe)).ttft_ms[0])
+    # The SLO is 1.5x the prediction, the margin 50 %: the limit sits at 0.75x the prediction.
+    slo = {"interactive": {"ttft_ms": 1.5 * ttft, "tpot_ms": 1000.0}}
+    policy = _compile(_pool("aws:r1:a", price=1.0), slo_classes=slo, slo_headroom=0.5)
+
+    (entry,) = rank(_req(), policy, _snap(policy)).explain()
+
+    assert entry.reason.startswith("misses SLO: ttft ")
+    assert "less headroom" in entry.reason
+    assert "misses SLO: ;" not in entry.reason
