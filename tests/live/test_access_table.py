@@ -24,7 +24,7 @@ from live.access_table import (
     period_ids,
 )
 from router.policy import TenantSpec
-from tests.router.conftest import RedisTarget
+from tests.live.conftest import RedisTarget
 
 T = TypeVar("T")
 TENANT = "acme"

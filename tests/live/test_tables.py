@@ -24,7 +24,7 @@ from router.health import HealthRecord
 from router.snapshot import EWMA_ALPHA, PoolState
 
 if TYPE_CHECKING:
-    from tests.router.conftest import RedisTarget
+    from tests.live.conftest import RedisTarget
 
 NOW_MS = 1_700_000_000_000
 TTL_MS = 60_000  # long enough that no key expires while a test runs

@@ -1,4 +1,4 @@
-"""Fixtures for the router tests: a real Redis, one unique key prefix per test."""
+"""Fixtures for the live-table tests: a real Redis, one unique key prefix per test."""
 
 from __future__ import annotations
 
@@ -55,3 +55,15 @@ def live_redis(redis_url: str) -> Iterator[RedisTarget]:
     target = RedisTarget(url=redis_url, prefix=f"srtest:{uuid.uuid4().hex}")
     yield target
     asyncio.run(_delete_prefix(target))
+
+
+@pytest.fixture
+def target(live_redis: RedisTarget) -> RedisTarget:
+    """The same as ``live_redis`` (the name the demand-table tests use)."""
+    return live_redis
+
+
+@pytest.fixture
+def prefix(live_redis: RedisTarget) -> str:
+    """Only the key prefix of ``live_redis`` (the price-table and lease tests use it)."""
+    return live_redis.prefix
