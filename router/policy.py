@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
+from router.policy_refs import cross_reference_problems
+
 Provider = Literal["aws", "gcp", "azure", "local"]
 Purchase = Literal["on_demand", "spot"]
 
@@ -275,53 +277,7 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Policy:
-        problems: list[str] = []
-        for name, model in self.models.items():
-            if model.default_slo not in self.slo_classes:
-                problems.append(
-                    f"models.{name}.default_slo: unknown SLO class {model.default_slo!r}"
-                )
-        seen: set[str] = set()
-        for i, pool in enumerate(self.pools):
-            if pool.id in seen:
-                problems.append(f"pools[{i}].id: duplicate pool id {pool.id!r}")
-            seen.add(pool.id)
-            if pool.model not in self.models:
-                problems.append(f"pools[{i}].model: unknown model {pool.model!r}")
-        if self.routing.default_client_region not in self.client_regions:
-            problems.append(
-                "routing.default_client_region: unknown client region "
-                f"{self.routing.default_client_region!r}"
-            )
-        served = {name: False for name in self.models}
-        for name, region in self.client_regions.items():
-            for pool in self.pools:
-                if pool.location in region.rtt_ms:
-                    served[pool.model] = True
-            unknown = set(region.rtt_ms) - {p.location for p in self.pools}
-            if unknown:
-                problems.append(f"client_regions.{name}.rtt_ms: no pool in {sorted(unknown)}")
-        locations = {p.location for p in self.pools}
-        for tname, tenant in self.tenants.items():
-            if tenant.default_slo is not None and tenant.default_slo not in self.slo_classes:
-                problems.append(
-                    f"tenants.{tname}.default_slo: unknown SLO class {tenant.default_slo!r}"
-                )
-            if tenant.client_region is not None and tenant.client_region not in self.client_regions:
-                problems.append(
-                    f"tenants.{tname}.client_region: unknown client region {tenant.client_region!r}"
-                )
-            unknown_models = [m for m in tenant.allowed_models if m != "*" and m not in self.models]
-            if unknown_models:
-                problems.append(f"tenants.{tname}.allowed_models: unknown models {unknown_models}")
-            unknown_regions = sorted(set(tenant.allowed_regions or []) - locations)
-            if unknown_regions:
-                problems.append(f"tenants.{tname}.allowed_regions: no pool in {unknown_regions}")
-        problems += [
-            f"models.{m}: no pool serves it from any client region"
-            for m, ok in served.items()
-            if not ok
-        ]
+        problems = cross_reference_problems(self.model_dump())
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -12,20 +12,29 @@ from pydantic import ValidationError
 
 from base.errors import PolicyError, PolicyProblem
 from router.policy import Policy
+from router.policy_refs import cross_reference_problems
 
 _CROSS_REF_PREFIX = "Value error, "
 
 
-def _index_lines(node: yaml.Node, path: str, out: dict[str, int]) -> None:
+def _index_lines(
+    node: yaml.Node, path: str, out: dict[str, int], duplicates: list[PolicyProblem]
+) -> None:
     out.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             child = f"{path}.{key.value}" if path else str(key.value)
-            out[child] = key.start_mark.line + 1
-            _index_lines(value, child, out)
+            line = key.start_mark.line + 1
+            if child in out and out[child] != line:
+                # PyYAML keeps the last of two equal keys without a word; a policy that
+                # says one thing twice is ambiguous, so it is refused.
+                message = f"duplicate key {key.value!r} (first at line {out[child]})"
+                duplicates.append(PolicyProblem(child, line, message))
+            out.setdefault(child, line)
+            _index_lines(value, child, out, duplicates)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _index_lines(item, f"{path}[{i}]", out)
+            _index_lines(item, f"{path}[{i}]", out, duplicates)
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
@@ -82,8 +91,28 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     if not isinstance(data, dict) or root is None:
         raise PolicyError(source, [PolicyProblem("", 1, "the policy must be a YAML mapping")])
     lines: dict[str, int] = {}
-    _index_lines(root, "", lines)
+    duplicates: list[PolicyProblem] = []
+    _index_lines(root, "", lines, duplicates)
     try:
-        return Policy.model_validate(data)
+        policy = Policy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(source, _problems(exc, lines)) from exc
+        problems = _problems(exc, lines)
+        # Cross-references are checked by the model only once every field is valid; check
+        # them on the document too, so one run reports every problem.
+        problems += _reference_problems(data, lines, problems)
+        raise PolicyError(source, duplicates + problems) from exc
+    if duplicates:
+        raise PolicyError(source, duplicates)
+    return policy
+
+
+def _reference_problems(
+    data: dict[str, object], lines: dict[str, int], known: list[PolicyProblem]
+) -> list[PolicyProblem]:
+    seen = {(p.path, p.message) for p in known}
+    out: list[PolicyProblem] = []
+    for item in cross_reference_problems(data):
+        path, _, reason = item.partition(": ")
+        if (path, reason) not in seen:
+            out.append(PolicyProblem(path, _line_of(path, lines), reason))
+    return out

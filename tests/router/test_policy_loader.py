@@ -201,3 +201,23 @@ def test_load_policy_reports_problems_with_the_file_as_source(tmp_path: Path) ->
 
     assert info.value.source == str(bad)
     assert _problem_at(info.value.problems, "models.llama-3.1-70b.default_slo").line == line
+
+
+def test_a_key_given_twice_is_refused_at_its_second_line() -> None:
+    text, line = _mutate(
+        "    default_slo: interactive", "    default_slo: interactive\n    default_slo: batch"
+    )
+
+    problem = _problem_at(_problems(text), "models.llama-3.1-70b.default_slo")
+
+    assert problem.line == line + 1
+    assert "duplicate key 'default_slo'" in problem.message
+
+
+def test_broken_references_are_reported_with_field_errors_in_one_run() -> None:
+    text, _ = _mutate("      tokens_per_s: 1800", "      tokens_per_s: -1800")
+    text = text.replace("    model: llama-3.1-8b\n", "    model: mistral-7b\n", 1)
+
+    paths = {p.path for p in _problems(text)}
+
+    assert {"pools[1].goodput.tokens_per_s", "pools[2].model"} <= paths
