@@ -3,6 +3,11 @@
 Every pool of the demo policy gets one simulated engine per endpoint (an
 OpenAI-compatible vLLM stand-in with the latency profile of its GPU/model pair), its
 ready replicas are written to the live tables, and the gateway starts in front of them.
+
+The engines take free ports: the policy is copied into a run directory with its
+127.0.0.1 endpoints moved to them (comments kept), so two demos, or a demo and the
+tests, share a machine. That copy is the policy the gateway watches; the CLI context
+(:mod:`skyroute.context`) points every subcommand at it, at the gateway and at Redis.
 """
 
 from __future__ import annotations
@@ -10,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import re
 import secrets
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,7 +36,11 @@ from live.policy_file import load_policy
 from live.tables import LiveTables
 from router.policy import Policy, PoolSpec
 from simengine.perf_model import profile_name
+from skyroute.context import Context, context_path, write_context
+from skyroute.embedded_redis import free_port
 from skyroute.serve import redis_for, run_gateway
+
+_LOCAL_URL = re.compile(r"http://(?:127\.0\.0\.1|localhost):(\d+)")
 
 
 def demo_policy_path() -> Path:
@@ -52,9 +63,16 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _in_use(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def with_free_ports(text: str) -> str:
+    """The policy text with every ``http://127.0.0.1:PORT`` endpoint moved to a free
+    port (one new port per old one; everything else, comments included, unchanged)."""
+    moved: dict[str, int] = {}
+
+    def repl(match: re.Match[str]) -> str:
+        new = moved.setdefault(match.group(1), free_port())
+        return f"http://127.0.0.1:{new}"
+
+    return _LOCAL_URL.sub(repl, text)
 
 
 def _wait_healthy(url: str, deadline: float) -> None:
@@ -78,9 +96,6 @@ def fleet(
             for endpoint in pool.endpoints:
                 if endpoint.host not in {"127.0.0.1", "localhost"}:
                     raise ValueError(f"demo engines run on 127.0.0.1 only, not {endpoint}")
-                if _in_use(endpoint.port or 80):
-                    # Another demo (or anything else) there would answer our health checks.
-                    raise RuntimeError(f"port {endpoint.port} for pool {pool.id} is already in use")
                 args = [
                     sys.executable, "-m", "simengine",
                     "--port", str(endpoint.port),
@@ -135,28 +150,64 @@ def run_demo(settings: GatewaySettings, time_scale: float = 1.0) -> None:
         if settings.admin_token
         else f"sk-adm-{secrets.token_urlsafe(24)}"
     )
+    run_dir = Path(tempfile.mkdtemp(prefix="skyroute-demo-"))
+    policy_file = run_dir / "policy.yaml"
+    policy_file.write_text(with_free_ports(Path(settings.policy).read_text(encoding="utf-8")))
     settings = settings.model_copy(
-        update={"api_key": SecretStr(api_key), "admin_token": SecretStr(admin)}
+        update={"api_key": SecretStr(api_key), "admin_token": SecretStr(admin),
+                "policy": policy_file}
+    )  # fmt: skip
+    policy = load_policy(policy_file)
+    try:
+        with redis_for(settings) as live, fleet(policy, time_scale=time_scale):
+            assert live.redis_url is not None
+            asyncio.run(publish_fleet(policy, live.redis_url, live.redis_prefix))
+            base = f"http://{live.host}:{live.port}"
+            context = Context(
+                url=base, admin_token_file=str(run_dir / "admin-token"),
+                redis_url=live.redis_url, redis_prefix=live.redis_prefix,
+                policy=str(policy_file),
+            )  # fmt: skip
+            ctx_file = write_context(context, admin)
+            _banner(policy, live, base, api_key, admin, ctx_file)
+            run_gateway(live)
+    finally:
+        _forget_context(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _forget_context(run_dir: Path) -> None:
+    """Remove the CLI context if it still points at this demo (not at a newer one)."""
+    path = context_path()
+    with contextlib.suppress(OSError):
+        if str(run_dir) in path.read_text(encoding="utf-8"):
+            path.unlink()
+
+
+def _banner(
+    policy: Policy, live: GatewaySettings, base: str, api_key: str, admin: str, ctx_file: Path
+) -> None:
+    pools = ", ".join(f"{p.id}" for p in policy.pools)
+    model = next(iter(policy.models))
+    # The keys are printed on purpose: this is the demo's only way to hand them over.
+    print(
+        f"\nskyroute demo: {len(policy.pools)} simulated pools ({pools})\n"
+        f"  redis      {live.redis_url}\n"
+        f"  gateway    {base}/v1   (OpenAI-compatible)\n"
+        f"  API key    {api_key}\n"
+        f"  admin key  {admin}\n"
+        f"  policy     {live.policy}   (edit it: the gateway reloads it)\n"
+        f"  context    {ctx_file}   (skyroute pools, explain, keys, ... use it)\n\n"
+        "Try:\n"
+        f"  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {api_key}' "
+        "-H 'Content-Type: application/json' -D - \\\n"
+        f'    -d \'{{"model": "{model}", "max_tokens": 32, '
+        '"messages": [{"role": "user", "content": "Hello from skyroute"}]}\'\n'
+        "  skyroute pools\n\n"
+        "Or in another shell, with variables instead of the context:\n"
+        f"  export SKYROUTE_ADMIN_URL={base} SKYROUTE_ADMIN_TOKEN={admin} \\\n"
+        f"         SKYROUTE_REDIS_URL={live.redis_url} \\\n"
+        f"         SKYROUTE_REDIS_PREFIX={live.redis_prefix} \\\n"
+        f"         SKYROUTE_POLICY={live.policy} SKYROUTE_API_KEY={api_key}\n",
+        flush=True,
     )
-    policy = load_policy(settings.policy)
-    with redis_for(settings) as live, fleet(policy, time_scale=time_scale):
-        assert live.redis_url is not None
-        asyncio.run(publish_fleet(policy, live.redis_url, live.redis_prefix))
-        base = f"http://{live.host}:{live.port}"
-        pools = ", ".join(f"{p.id}" for p in policy.pools)
-        model = next(iter(policy.models))
-        # The keys are printed on purpose: this is the demo's only way to hand them over.
-        print(
-            f"\nskyroute demo: {len(policy.pools)} simulated pools ({pools})\n"
-            f"  redis      {live.redis_url}\n"
-            f"  gateway    {base}/v1   (OpenAI-compatible)\n"
-            f"  API key    {api_key}\n"
-            f"  admin key  {admin}\n\n"
-            "Try:\n"
-            f"  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {api_key}' "
-            "-H 'Content-Type: application/json' -D - \\\n"
-            f'    -d \'{{"model": "{model}", "max_tokens": 32, '
-            '"messages": [{"role": "user", "content": "Hello from skyroute"}]}\'\n',
-            flush=True,
-        )
-        run_gateway(live)

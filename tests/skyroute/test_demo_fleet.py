@@ -10,6 +10,8 @@ import pytest
 
 from live.policy_file import load_policy
 from router.policy import Policy, PoolSpec
+from router.policy_loader import parse_policy
+from skyroute.demo import with_free_ports
 
 PROJECT = Path(__file__).resolve().parents[2]
 FLEET = PROJECT / "skyroute" / "fleet"
@@ -102,7 +104,21 @@ def test_us_client_regions_reach_every_pool_location() -> None:
 
 def test_every_pool_has_its_own_endpoint_port() -> None:
     ports = [url.port for p in POLICY.pools for url in p.endpoints]
-    assert ports == list(range(9101, 9101 + len(POLICY.pools)))
+    assert len(set(ports)) == len(ports) == len(POLICY.pools)
+
+
+def test_the_demo_moves_every_endpoint_to_its_own_free_port_and_keeps_the_comments() -> None:
+    text = (FLEET / "demo-policy.yaml").read_text(encoding="utf-8")
+
+    moved = with_free_ports(text)
+
+    policy = parse_policy(moved)
+    old = [url.port for p in POLICY.pools for url in p.endpoints]
+    new = [url.port for p in policy.pools for url in p.endpoints]
+    assert len(set(new)) == len(new) and not set(new) & set(old)
+    assert [ln for ln in moved.splitlines() if ln.lstrip().startswith("#")] == [
+        ln for ln in text.splitlines() if ln.lstrip().startswith("#")
+    ]
 
 
 def test_every_pool_is_preceded_by_a_known_engine_comment() -> None:

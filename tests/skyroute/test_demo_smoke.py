@@ -19,7 +19,9 @@ KEY = "sk-demo-smoke-0123456789"
 def test_demo_serves_openai_requests_across_the_fleet_and_stops_cleanly(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKYROUTE_")}
-    env |= {"SKYROUTE_API_KEY": KEY, "SKYROUTE_PORT": str(port)}
+    env |= {"SKYROUTE_API_KEY": KEY, "SKYROUTE_PORT": str(port),
+            "XDG_CONFIG_HOME": str(tmp_path / "config")}  # fmt: skip
+    context_file = tmp_path / "config" / "skyroute" / "context.json"
     log = (tmp_path / "demo.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-c", "from skyroute.cli import main; main()", "demo"],
@@ -39,6 +41,15 @@ def test_demo_serves_openai_requests_across_the_fleet_and_stops_cleanly(tmp_path
             assert raw.status_code == 200
             assert raw.headers["x-skyroute-provider"] in {"aws", "gcp", "azure"}
             assert len(list(client.models.list())) == 3
+        # The operator commands find the demo through its context alone.
+        assert context_file.exists()
+        pools = subprocess.run(
+            [sys.executable, "-c", "from skyroute.cli import main; main()", "pools"],
+            env=env | {"SKYROUTE_PORT": "1"}, capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+        assert pools.returncode == 0, pools.stderr
+        assert "aws:us-east-1" in pools.stdout
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
@@ -46,3 +57,4 @@ def test_demo_serves_openai_requests_across_the_fleet_and_stops_cleanly(tmp_path
     output = (tmp_path / "demo.log").read_text()
     assert KEY in output  # printed once for the operator to copy
     assert f"curl -s http://127.0.0.1:{port}/v1/chat/completions" in output
+    assert not context_file.exists()  # a stopped demo leaves no context pointing at it
