@@ -1,9 +1,9 @@
-"""Smoke test of the side-by-side benchmark: a --quick run of all three targets.
+"""Smoke tests of the side-by-side benchmark.
 
-It installs LiteLLM into .bench-venvs/litellm on first use (about a minute from PyPI; later
-runs reuse it), starts the engine, skyroute and the LiteLLM proxy, and checks that every
-target completed requests without errors. Numbers are never asserted: the benchmark prints
-them, and the full run's table goes in the closing note.
+The default suite runs it --quick with the engine direct and skyroute. The run with the
+LiteLLM proxy installs LiteLLM into .bench-venvs/litellm on first use (about a minute from
+PyPI), so it is marked ``peers`` and left out of the default suite (``scripts/test -m
+peers`` runs it). Numbers are never asserted: the benchmark prints them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from loadtests.peer_litellm import litellm_env, write_litellm_config
@@ -20,6 +21,22 @@ from loadtests.peer_litellm import litellm_env, write_litellm_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def test_quick_benchmark_drives_direct_and_skyroute_without_errors(tmp_path: Path) -> None:
+    out = tmp_path / "peers.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "loadtests" / "bench_peers.py"), "--quick", "--skip-litellm",
+         "--json", out],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
+    data = json.loads(out.read_text())
+    seen = {(r["mode"], r["target"]) for r in data["results"]}
+    assert seen == {(m, t) for m in ("nonstream", "stream") for t in ("direct", "skyroute")}
+    for r in data["results"]:
+        assert r["requests"] > 0 and r["errors"] == 0, r
+
+
+@pytest.mark.peers
 def test_quick_benchmark_drives_direct_skyroute_and_litellm_without_errors(
     tmp_path: Path,
 ) -> None:
