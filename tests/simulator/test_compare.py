@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from simulator.spec import FleetSpec
 from simulator.trace import read_trace
 from tests.simulator.conftest import AZURE_HEAD
 
-DEMO_POLICY = AZURE_HEAD.parents[4] / "skyroute" / "fleet" / "demo-policy.yaml"
+DEMO_POLICY = Path(__file__).resolve().parents[2] / "skyroute" / "fleet" / "demo-policy.yaml"
 REGIONS = {"aws:us-east-1": 0.6, "gcp:us-central1": 0.2, "aws:eu-west-1": 0.2}
 
 
