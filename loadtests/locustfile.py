@@ -1,8 +1,12 @@
 """Locust load test of a skyroute gateway (or any OpenAI-compatible endpoint).
 
-    SKYROUTE_API_KEY=sk-... locust -f loadtests/locustfile.py --headless -u 32 -r 8 -t 60s \\
-        --host http://127.0.0.1:8080 [--stream-ratio 0.5] [--slo-mix interactive=2,batch=1] \\
+    .venv/bin/locust -f loadtests/locustfile.py --headless -u 20 -r 5 -t 30s \\
+        [--host http://127.0.0.1:8080] [--stream-ratio 0.5] [--slo-mix interactive=2,batch=1] \\
         [--slo-threshold 0.9] [--trace-replay --replay-speedup 20]
+
+With ``skyroute demo`` running nothing else is needed: the API key and the gateway's URL
+come from the demo's CLI context (``skyroute.context``) unless ``SKYROUTE_API_KEY`` /
+``--api-keys`` and ``--host`` are given.
 
 Each user sends ``POST /v1/chat/completions`` whose prompt and output lengths are drawn
 from the Azure LLM inference trace (``loadtests/trace_dist.py``), streamed or not, with an
@@ -23,7 +27,6 @@ import argparse
 import itertools
 import json
 import math
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -40,6 +43,7 @@ try:  # run from the repository root: locust puts the working directory on sys.p
 except ModuleNotFoundError:  # run from elsewhere: locust also puts this file's directory there
     import slo_report  # type: ignore[no-redef]
     import trace_dist  # type: ignore[no-redef]
+from skyroute import context
 
 CHAT_PATH = "/v1/chat/completions"
 DEFAULT_TARGETS = "interactive=800/60,standard=2000/100,batch=30000/500"  # the demo policy's
@@ -61,8 +65,8 @@ def add_options(parser: Any) -> None:
     g.add_argument(
         "--slo-threshold",
         type=float,
-        default=0.0,
-        help="exit 1 if any class's SLO attainment is below this (0..1)",
+        default=0.9,
+        help="exit 1 if any class's SLO attainment is below this (0..1; default 0.9)",
     )
     g.add_argument(
         "--api-keys",
@@ -128,10 +132,15 @@ def on_init(environment: Environment, **_: Any) -> None:
     opts = environment.parsed_options
     if opts is None:  # used as a library without a command line
         return
-    keys = [k.strip() for k in (opts.api_keys or os.environ.get("SKYROUTE_API_KEY", "")).split(",")]
+    # Without keys or --host, the running demo's (its CLI context) are used.
+    keys = [k.strip() for k in (opts.api_keys or context.api_key() or "").split(",")]
     keys = [k for k in keys if k]
     if not keys:
-        raise SystemExit("set SKYROUTE_API_KEY (or --api-keys / SKYROUTE_API_KEYS)")
+        raise SystemExit(
+            "no API key: start `skyroute demo`, or set SKYROUTE_API_KEY (or --api-keys)"
+        )
+    if not environment.host:
+        environment.host = context.gateway_url()
     key_weights = [float(w) for w in opts.tenant_weights.split(",")] if opts.tenant_weights else []
     if key_weights and len(key_weights) != len(keys):
         raise SystemExit(f"--tenant-weights has {len(key_weights)} weights for {len(keys)} keys")

@@ -33,6 +33,8 @@ class Context:
 
     url: str
     admin_token_file: str | None = None
+    # A client API key of the demo's, for load tests (``loadtests/locustfile.py``).
+    api_key_file: str | None = None
     redis_url: str | None = None
     redis_prefix: str | None = None
     policy: str | None = None
@@ -47,16 +49,27 @@ def context_path() -> Path:
     return Path(config) / "skyroute" / "context.json"
 
 
-def write_context(context: Context, admin_token: str | None, path: Path | None = None) -> Path:
-    """Write ``context`` (and ``admin_token``, if given, into ``admin_token_file`` next to
-    it, mode 0600) atomically. Idempotent. Returns the context file's path."""
+def write_context(
+    context: Context,
+    admin_token: str | None,
+    path: Path | None = None,
+    api_key: str | None = None,
+) -> Path:
+    """Write ``context`` atomically, and ``admin_token`` / ``api_key`` (if given) into
+    ``admin_token_file`` / ``api_key_file`` (default: next to the context), mode 0600.
+    Idempotent. Returns the context file's path."""
     path = path or context_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if admin_token is not None:
-        token_file = Path(context.admin_token_file or path.with_name("admin-token"))
-        _write_private(token_file, admin_token + "\n")
-        context = Context(**{**asdict(context), "admin_token_file": str(token_file)})
-    _write_private(path, json.dumps(asdict(context), indent=2) + "\n")
+    fields = asdict(context)
+    for secret, name, default in (
+        (admin_token, "admin_token_file", "admin-token"),
+        (api_key, "api_key_file", "api-key"),
+    ):
+        if secret is not None:
+            target = Path(fields[name] or path.with_name(default))
+            _write_private(target, secret + "\n")
+            fields[name] = str(target)
+    _write_private(path, json.dumps(fields, indent=2) + "\n")
     return path
 
 
@@ -114,6 +127,20 @@ def admin_token() -> str:
         "no admin credential: start `skyroute demo` (it writes a context for the CLI) "
         "or set SKYROUTE_ADMIN_TOKEN (and SKYROUTE_ADMIN_URL) for your gateway"
     )
+
+
+def api_key() -> str | None:
+    """A client API key: ``SKYROUTE_API_KEY``, else the context's (the demo's), else None."""
+    explicit = os.environ.get("SKYROUTE_API_KEY")
+    if explicit:
+        return explicit
+    context = read_context()
+    if context is None or not context.api_key_file:
+        return None
+    try:
+        return Path(context.api_key_file).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def redis_target() -> tuple[str | None, str | None]:

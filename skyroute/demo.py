@@ -165,10 +165,11 @@ def run_demo(settings: GatewaySettings, time_scale: float = 1.0) -> None:
             base = f"http://{live.host}:{live.port}"
             context = Context(
                 url=base, admin_token_file=str(run_dir / "admin-token"),
+                api_key_file=str(run_dir / "api-key"),
                 redis_url=live.redis_url, redis_prefix=live.redis_prefix,
                 policy=str(policy_file),
             )  # fmt: skip
-            ctx_file = write_context(context, admin)
+            ctx_file = write_context(context, admin, api_key=api_key)
             _banner(policy, live, base, api_key, admin, ctx_file)
             run_gateway(live)
     finally:

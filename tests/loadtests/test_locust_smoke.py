@@ -9,10 +9,13 @@ the run. Timings are not asserted, only that the runs work end to end.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,9 +27,15 @@ ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-locust-smoke-0123456789abcdef"
 
 
+@dataclass(frozen=True)
+class Demo:
+    url: str
+    config_home: Path  # XDG_CONFIG_HOME of the demo's CLI context
+
+
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A running ``skyroute demo``; yields its base URL."""
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """A running ``skyroute demo``."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKYROUTE_")}
     run = tmp_path_factory.mktemp("demo")
@@ -40,7 +49,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )  # fmt: skip
         try:
             wait_until(f"http://127.0.0.1:{port}/readyz", timeout_s=60)
-            yield f"http://127.0.0.1:{port}"
+            yield Demo(f"http://127.0.0.1:{port}", run / "config")
         finally:
             proc.send_signal(signal.SIGINT)
             try:
@@ -61,8 +70,8 @@ def locust(host: str, *args: str, timeout_s: float = 120) -> subprocess.Complete
     )
 
 
-def test_locust_smoke_against_the_demo_passes_and_prints_the_summary(demo: str) -> None:
-    run = locust(demo, "-u", "6", "-r", "6", "-t", "20s", "--slo-threshold", "0.5")
+def test_locust_smoke_against_the_demo_passes_and_prints_the_summary(demo: Demo) -> None:
+    run = locust(demo.url, "-u", "6", "-r", "6", "-t", "20s", "--slo-threshold", "0.5")
     out = run.stdout
     assert run.returncode == 0, f"stdout:\n{out}\nstderr:\n{run.stderr[-3000:]}"
     assert "=== skyroute load test summary ===" in out
@@ -78,11 +87,25 @@ def test_locust_smoke_against_the_demo_passes_and_prints_the_summary(demo: str) 
     assert "POST     chat interactive nonstream" in run.stderr
 
 
-def test_trace_replay_below_the_attainment_threshold_exits_non_zero(demo: str) -> None:
-    run = locust(demo, "-t", "8s", "--trace-replay", "--replay-speedup", "4",
+def test_trace_replay_below_the_attainment_threshold_exits_non_zero(demo: Demo) -> None:
+    run = locust(demo.url, "-t", "8s", "--trace-replay", "--replay-speedup", "4",
                  "--slo-targets", "interactive=1/1,standard=1/1,batch=1/1",
                  "--slo-threshold", "0.9", "--only-summary")  # fmt: skip
     out = run.stdout
     assert run.returncode == 1, f"stdout:\n{out}\nstderr:\n{run.stderr[-3000:]}"
     assert "Trace replay x4:" in out
     assert "RESULT: FAIL: SLO attainment below 90.0%" in out
+
+
+def test_the_readme_locust_command_runs_verbatim_against_the_demo(demo: Demo) -> None:
+    readme = (ROOT / "README.md").read_text()
+    (command,) = re.findall(r"`(\.venv/bin/locust -f loadtests/locustfile\.py[^`]*)`", readme)
+    words = shlex.split(command)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKYROUTE_", "LOCUST_"))}
+    env["XDG_CONFIG_HOME"] = str(demo.config_home)  # only the demo's context
+    argv = [str(Path(sys.executable).parent / Path(words[0]).name), *words[1:]]
+    run = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert "=== skyroute load test summary ===" in run.stdout, run.stderr[-3000:]
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr[-3000:]}"
