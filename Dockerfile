@@ -28,8 +28,10 @@ COPY simulator/ simulator/
 COPY skyroute/ skyroute/
 # Build skyroute's own (pure-Python) wheel, then install it and its dependencies from wheels
 # into a virtualenv that is copied whole into the runtime stage.
+# The gateway and the sidecar: the `autoscaler` extra (cloud SDKs and the solver); no
+# simulator, plots or simulated engines.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
-    && /opt/skyroute/bin/pip install --only-binary=:all: /wheels/skyroute-*.whl \
+    && /opt/skyroute/bin/pip install --only-binary=:all: --find-links /wheels "skyroute[autoscaler]" \
     && /opt/skyroute/bin/python -m compileall -q /opt/skyroute/lib
 
 FROM ${PYTHON_IMAGE} AS runtime
