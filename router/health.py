@@ -201,9 +201,10 @@ def transition(
     settled = rec.readmitted_s > 0 and now - rec.readmitted_s >= max(
         health.ramp_s, health.probe_interval_s
     )
-    if settled and (rec.ejections or rec.relapses):
-        # A pool that stayed healthy through its ramp starts its backoff from scratch.
-        return replace(rec, probe_fail=0, ejections=0, relapses=0)
+    if settled and (rec.ejections or rec.relapses or rec.reason):
+        # A pool that stayed healthy through its ramp starts its backoff from scratch, and
+        # the reason of its last transition (readmitted, uncordoned) is history by then.
+        return replace(rec, probe_fail=0, ejections=0, relapses=0, reason="")
     if rec.probe_fail:
         return replace(rec, probe_fail=0)
     return None

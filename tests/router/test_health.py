@@ -97,6 +97,15 @@ def test_uncordon_clears_ejections_relapses_and_the_replacement_flag() -> None:
     assert (out.ejections, out.relapses, out.needs_replacement) == (0, 0, False)
 
 
+def test_the_uncordon_reason_is_cleared_once_the_ramp_is_over() -> None:
+    out = _must(DRAINING, HealthEvent.UNCORDON, T0, "uncordoned by operator")
+    assert _step(out, HealthEvent.PROBE_OK, T0 + RAMP / 2) is None  # still ramping: kept
+
+    settled = _must(out, HealthEvent.PROBE_OK, T0 + RAMP)
+
+    assert (settled.state, settled.reason) == (PoolState.HEALTHY, "")
+
+
 def test_uncordon_keeps_the_version_for_the_caller_to_bump() -> None:
     rec = HealthRecord(state=PoolState.DRAINING, version=7)
     assert _must(rec, HealthEvent.UNCORDON, T0).version == 7
