@@ -28,7 +28,7 @@ from live.lease import Fence
 
 logger = logging.getLogger(__name__)
 
-FeedState = Literal["ok", "partial", "error"]
+FeedState = Literal["ok", "partial", "error", "skipped"]
 
 # Write rows and statuses only if the lease in KEYS[3] still holds ARGV[1]. ARGV[2] = 1
 # to replace every row, ARGV[3] = number of row pairs that follow, then status pairs.
@@ -102,7 +102,8 @@ class FeedStatus:
     """What one feed's last refresh did.
 
     ``state``: ``ok`` (every wanted row came back), ``partial`` (some were missing or
-    rejected; the others were updated) or ``error`` (nothing was updated). ``reason``
+    rejected; the others were updated), ``error`` (nothing was updated) or ``skipped``
+    (the feed had nothing to do; ``error`` says why). ``reason``
     is a short label (``timeout``, ``bad_payload``, ``missing``…), ``error`` the message.
     Times are unix seconds; ``last_ok_s`` is 0 if the feed never succeeded.
     """

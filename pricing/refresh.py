@@ -27,6 +27,7 @@ from pricing.feed import Feed, FeedResult
 from pricing.metrics import PriceMetrics
 from pricing.pools import STATIC_FEED, PoolPrice, price_pools, wanted_keys
 from pricing.rows import Bounds, validate_all
+from pricing.static import StaticFeed
 from router.policy import Policy
 
 logger = logging.getLogger(__name__)
@@ -98,12 +99,19 @@ class Refresher:
         chosen = [n for n in (names or self.feeds) if n in self.feeds]
         wants = wanted_keys(self.policy)
         now = self.clock()
+        idle = {n: why for n in chosen if (why := self._nothing_to_do(n, wants)) is not None}
+        fetching = [n for n in chosen if n not in idle]
         outcomes = await asyncio.gather(
-            *(self.feeds[n].fetch(wants.get(n, frozenset())) for n in chosen),
+            *(self.feeds[n].fetch(wants.get(n, frozenset())) for n in fetching),
             return_exceptions=True,
         )
-        for name, outcome in zip(chosen, outcomes, strict=True):
+        for name, outcome in zip(fetching, outcomes, strict=True):
             self.statuses[name] = self._apply(name, outcome, wants.get(name, frozenset()), now)
+        for name, why in idle.items():
+            prev = self.statuses.get(name)
+            self.statuses[name] = FeedStatus(
+                name, "skipped", "unused", why, now, prev.last_ok_s if prev else 0.0
+            )
         refreshed = {n: self.statuses[n] for n in chosen}
         rows = list(self.merged.values())
         if not await self.table.write(rows, refreshed.values(), fence=fence, replace=True):
@@ -111,6 +119,17 @@ class Refresher:
             return RefreshReport(refreshed, fenced_out=True)
         pools = await self.publish_pools()
         return RefreshReport(refreshed, pools)
+
+    def _nothing_to_do(self, name: str, wants: Mapping[str, frozenset[PriceKey]]) -> str | None:
+        """Why feed ``name`` has nothing to fetch, or None if it has work."""
+        feed = self.feeds[name]
+        if isinstance(feed, StaticFeed):
+            return None if feed.path is not None else "the policy names no pricing.static_file"
+        if name == STATIC_FEED:
+            return None  # another static source (tests): the operator's rows, always read
+        if not wants.get(name):
+            return f"no pool of the policy takes its price from {name}"
+        return None
 
     async def publish_pools(self) -> list[PoolPrice]:
         """Write every feed-priced pool's live price that changed since last written

@@ -83,7 +83,7 @@ def feed_lines(statuses: Mapping[str, FeedStatus], now_s: float) -> list[str]:
                 error or "-",
             ]
         )
-    header = ["FEED", "STATE", "REASON", "LAST OK", "LAST TRY", "ROWS", "REJECTED", "ERROR"]
+    header = ["FEED", "STATE", "REASON", "LAST OK", "LAST TRY", "ROWS", "REJECTED", "DETAIL"]
     return _table(header, rows)
 
 

@@ -231,3 +231,20 @@ def test_feed_age_metric_counts_from_the_last_good_refresh(redis_url: str, prefi
             )
 
     assert run(scenario()) == (120.0, 0.0)
+
+
+def test_a_feed_no_pool_uses_is_skipped_with_the_reason(redis_url: str, prefix: str) -> None:
+    gcp = ScriptedFeed("gcp", [])
+
+    async def scenario() -> Any:
+        async with rig(redis_url, prefix, POLICY, {"aws": _aws(), "gcp": gcp}) as r:
+            report = await r.refresher.refresh()
+            return report.statuses, render(report.pools, report.statuses, 0.0)
+
+    statuses, shown = run(scenario())
+
+    assert statuses["aws"].state == "ok"
+    assert statuses["gcp"].state == "skipped"
+    assert statuses["gcp"].error == "no pool of the policy takes its price from gcp"
+    assert gcp.calls == []  # asked for nothing, so never called
+    assert "SKIPPED" in shown and "no pool of the policy takes its price from gcp" in shown
