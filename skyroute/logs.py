@@ -39,16 +39,28 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out).decode()
 
 
-class _RedactingFormatter(logging.Formatter):
+class TextFormatter(logging.Formatter):
+    """Plain text for people: the message, then the record's structured fields (the access
+    log's pool, status, latencies…) as ``key=value``, all of it redacted."""
+
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict) and fields:
+            line += " " + " ".join(f"{k}={_text(v)}" for k, v in fields.items())
+        return redact(line)
+
+
+def _text(value: object) -> str:
+    text = str(value)
+    return orjson.dumps(text).decode() if (not text or " " in text or '"' in text) else text
 
 
 def configure(level: str = "INFO", json: bool = True) -> None:
     """Configure the root logger once, in an entry point."""
     handler = logging.StreamHandler(sys.stderr)
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    handler.setFormatter(JsonFormatter() if json else _RedactingFormatter(fmt))
+    handler.setFormatter(JsonFormatter() if json else TextFormatter(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
