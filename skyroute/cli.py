@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -36,6 +37,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     logs.configure(settings.log_level, settings.log_json)
     with redis_for(settings) as live:
+        if args.workers > 1:
+            from skyroute.workers import run_workers  # noqa: PLC0415
+
+            env = {
+                **os.environ,
+                "SKYROUTE_REDIS_URL": str(live.redis_url),
+                "SKYROUTE_HOST": live.host,
+                "SKYROUTE_POLICY": str(live.policy.resolve()),
+            }
+            return run_workers(args.workers, live.host, live.port, env)
         run_gateway(live)
     return 0
 
@@ -142,6 +153,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the gateway")
     server_args(p)
+    p.add_argument(
+        "--workers", type=int, default=1, help="gateway processes on the port (SO_REUSEPORT)"
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("demo", help="embedded Redis + simulated multi-cloud fleet + gateway")

@@ -15,6 +15,7 @@ from gateway.app import create_app
 from gateway.context import Gateway
 from gateway.settings import GatewaySettings
 from skyroute.embedded_redis import redis_url_or_embedded
+from skyroute.workers import reuse_port_requested, reuse_port_socket
 
 logger = logging.getLogger(__name__)
 
@@ -74,4 +75,10 @@ def run_gateway(settings: GatewaySettings) -> None:
     # uvicorn re-raises the signal it caught once it has shut down; a SIGTERM that has
     # been handled gracefully must then end the process with status 0, not 143.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    GracefulServer(config, app.state.gateway, settings.drain_delay_s).run()
+    server = GracefulServer(config, app.state.gateway, settings.drain_delay_s)
+    if reuse_port_requested():
+        # One of several workers on this port (``--workers``): the kernel spreads
+        # connections across every socket bound with SO_REUSEPORT.
+        server.run(sockets=[reuse_port_socket(settings.host, settings.port)])
+    else:
+        server.run()

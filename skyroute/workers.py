@@ -1,0 +1,126 @@
+"""``skyroute serve --workers N``: N gateway processes on one port, one per core.
+
+Each worker is a whole ``skyroute serve`` process (its own event loop, snapshot, replica
+id and in-flight share) listening on the same address with ``SO_REUSEPORT``, so the
+kernel spreads connections across them without a proxy in front. Everything shared
+(limits, in-flight counts, health, keys) already goes through Redis per replica, so the
+workers need nothing from each other.
+
+The supervisor (this module, in the parent process) picks the port once, starts the
+workers, forwards SIGTERM/SIGINT to them (each drains as a single gateway does), and
+restarts a worker that dies, at most ``MAX_RESTARTS`` times a minute; past that it
+stops the others and exits 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+
+logger = logging.getLogger(__name__)
+
+MAX_RESTARTS = 5
+_RESTART_WINDOW_S = 60.0
+ENV_REUSE_PORT = "SKYROUTE_REUSE_PORT"
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) with SO_REUSEPORT, not yet listening.
+
+    Raises OSError if the address cannot be bound (or SO_REUSEPORT is unsupported).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+class Supervisor:
+    """Runs and watches ``n`` worker processes of ``skyroute serve``."""
+
+    def __init__(self, n: int, env: Mapping[str, str]) -> None:
+        if n < 1:
+            raise ValueError("--workers must be at least 1")
+        self.n = n
+        self.env = dict(env)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._stopping = threading.Event()
+        self._restarts: deque[float] = deque()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
+        return subprocess.Popen(cmd, env=self.env)
+
+    def _signal(self, sig: int, _frame: object = None) -> None:
+        self._stopping.set()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+    def run(self) -> int:
+        """Start the workers and wait for them; 0 after a signal-initiated stop."""
+        signal.signal(signal.SIGTERM, self._signal)
+        signal.signal(signal.SIGINT, self._signal)
+        self.procs = [self._spawn() for _ in range(self.n)]
+        logger.info("%d gateway workers: pids %s", self.n, [p.pid for p in self.procs])
+        while not self._stopping.is_set():
+            for i, proc in enumerate(self.procs):
+                if proc.poll() is None or self._stopping.is_set():
+                    continue
+                if not self._may_restart():
+                    logger.error("workers keep dying; stopping the others")
+                    self._signal(signal.SIGTERM)
+                    self._wait()
+                    return 1
+                logger.warning(
+                    "worker pid %d exited with %s; restarting", proc.pid, proc.returncode
+                )
+                self.procs[i] = self._spawn()
+            self._stopping.wait(0.5)
+        return self._wait()
+
+    def _may_restart(self) -> bool:
+        now = time.monotonic()
+        while self._restarts and now - self._restarts[0] > _RESTART_WINDOW_S:
+            self._restarts.popleft()
+        self._restarts.append(now)
+        return len(self._restarts) <= MAX_RESTARTS
+
+    def _wait(self) -> int:
+        codes = [proc.wait() for proc in self.procs]
+        return 0 if all(code in (0, -signal.SIGINT, -signal.SIGTERM) for code in codes) else 1
+
+
+def run_workers(n: int, host: str, port: int, env: Mapping[str, str]) -> int:
+    """Serve on (host, port) with ``n`` workers. Port 0 picks one free port for all of
+    them. ``env`` must carry every setting (the Redis URL included): workers read
+    their settings from it. Returns the exit code."""
+    # Hold the port while the workers bind it too; a bound socket that never listens
+    # takes no connections, so closing it once they are up drops nothing.
+    holder = reuse_port_socket(host, port)
+    try:
+        chosen = holder.getsockname()[1]
+        worker_env = {**env, "SKYROUTE_PORT": str(chosen), ENV_REUSE_PORT: "1"}
+        logger.info("serving on %s:%d with %d workers (SO_REUSEPORT)", host, chosen, n)
+        supervisor = Supervisor(n, worker_env)
+        closer = threading.Timer(30.0, holder.close)
+        closer.daemon = True
+        closer.start()
+        return supervisor.run()
+    finally:
+        holder.close()
+
+
+def reuse_port_requested() -> bool:
+    """Whether this process is a worker started by :func:`run_workers`."""
+    return os.environ.get(ENV_REUSE_PORT) == "1"

@@ -1,0 +1,100 @@
+"""``skyroute serve --workers 2``: two gateway processes share one port (SO_REUSEPORT),
+both take connections, both serve the real ``openai`` client, and SIGTERM stops all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+from skyroute.embedded_redis import free_port
+from tests.gateway.conftest import CHAT, Fleet, start_fleet
+from tests.gateway.harness import ADMIN_TOKEN, API_KEY, unique_prefix, wait_until
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    f = start_fleet(tmp_path, time_scale=0.05)
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+def _sockets(pid: int, port: int, status: str) -> int:
+    """Sockets of process ``pid`` on local ``port`` in TCP state ``status``."""
+    return sum(
+        1
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.laddr and c.laddr.port == port and c.status == status
+    )
+
+
+def _wait_for(check: object, what: str) -> None:
+    """Poll ``check()`` (bounded: 10 s) until it is true."""
+    for _ in range(200):
+        if check():  # type: ignore[operator]
+            return
+        psutil.wait_procs([], timeout=0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: str) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "SKYROUTE_REDIS_URL": redis_url,
+        "SKYROUTE_REDIS_PREFIX": unique_prefix(),
+        "SKYROUTE_POLICY": str(fleet.policy_path),
+        "SKYROUTE_PORT": str(port),
+        "SKYROUTE_API_KEY": API_KEY,
+        "SKYROUTE_ADMIN_TOKEN": ADMIN_TOKEN,
+        "SKYROUTE_DRAIN_DELAY_S": "0",
+    }
+    log = (fleet.policy_path.parent / "workers.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from skyroute.cli import main; main()", "serve", "--workers", "2"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    held: list[socket.socket] = []
+    workers: list[psutil.Process] = []
+    try:
+        wait_until(f"http://127.0.0.1:{port}/readyz", timeout_s=60)
+        workers = psutil.Process(proc.pid).children()
+        assert len(workers) == 2
+        _wait_for(lambda: all(_sockets(w.pid, port, psutil.CONN_LISTEN) for w in workers),
+                  "both workers listening")  # fmt: skip
+        # The kernel hashes each new connection to one of the listeners: with 32 of them,
+        # both workers get some unless one does not listen (odds 2**-31 otherwise).
+        held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(32)]
+
+        def accepted() -> dict[int, int]:
+            return {w.pid: _sockets(w.pid, port, psutil.CONN_ESTABLISHED) for w in workers}
+
+        _wait_for(lambda: sum(accepted().values()) >= 32, "32 accepted connections")
+        assert all(n > 0 for n in accepted().values()), accepted()
+
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY,
+                               max_retries=0, timeout=30)  # fmt: skip
+        with client:
+            for _ in range(8):
+                reply = client.chat.completions.create(
+                    model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+                )
+                assert reply.choices[0].message.content
+    finally:
+        for s in held:
+            s.close()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+        log.close()
+    assert code == 0, (fleet.policy_path.parent / "workers.log").read_text()[-3000:]
+    assert not any(w.is_running() for w in workers)
