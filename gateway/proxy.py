@@ -27,7 +27,6 @@ from gateway.decisions import DecisionLog
 from gateway.finish import Attempt, RequestContext, RequestFinisher
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
-from gateway.retry_budget import RetryBudget
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
 from gateway.tracing import NOOP, ChildSpan
@@ -60,10 +59,6 @@ class Forwarder:
         self.metrics = metrics
         self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics)
         self._rr: dict[str, int] = {}
-        routing = state.policy.policy.routing
-        self.retry_budget = RetryBudget(
-            routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
-        )
 
     def _timeouts(self) -> UpstreamTimeouts:
         r = self.state.policy.policy.routing
@@ -107,7 +102,7 @@ class Forwarder:
         ctx: RequestContext,
     ) -> Response:
         now = time.time()
-        self.retry_budget.on_request(now)
+        self.state.retry_budget.on_request(now)
         traced = ctx.trace is not NOOP
         route_span = ctx.trace.child("route") if traced else NOOP
         ranking = self.state.rank(route, now)
@@ -141,7 +136,7 @@ class Forwarder:
             pool = policy.policy.pools[i]
             if not self.state.outlier.allows(pool.id, now):
                 continue
-            if number >= 1 and not self.retry_budget.try_retry(now):
+            if number >= 1 and not self.state.retry_budget.try_retry(now):
                 self.metrics.retries_denied.labels(model=route.model).inc()
                 self.state.outlier.release_trial(pool.id)
                 break

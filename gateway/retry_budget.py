@@ -34,6 +34,11 @@ class RetryBudget:
             buckets.append([second, 0, 0])
         return buckets[-1]
 
+    def reconfigure(self, ratio: float, min_retries: int, window_s: float) -> None:
+        """Apply new limits (a policy reload); the counts so far stay, and a shorter
+        window drops the buckets it no longer covers at the next count."""
+        self.ratio, self.min_retries, self.window_s = ratio, min_retries, window_s
+
     def on_request(self, now: float) -> None:
         """Count one new request."""
         self._bucket(now)[1] += 1

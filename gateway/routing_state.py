@@ -14,6 +14,7 @@ import numpy as np
 
 from base.types import BoolArray, FloatArray
 from gateway.outlier import OutlierDetector
+from gateway.retry_budget import RetryBudget
 from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
 from router.scoring import Ranking, RouteRequest, rank
@@ -21,7 +22,8 @@ from router.snapshot import PoolRow, Snapshot
 
 
 class RoutingState:
-    """The current compiled policy, live snapshot, local counters and outlier state."""
+    """The current compiled policy, live snapshot, local counters, outlier state and retry
+    budget. ``swap_policy`` applies every setting of a reloaded policy."""
 
     def __init__(self, policy: CompiledPolicy) -> None:
         self.policy = policy
@@ -29,7 +31,11 @@ class RoutingState:
         self.inflight: dict[str, int] = defaultdict(int)
         self._inflight_arr: FloatArray = np.zeros(policy.size)
         self.pending: dict[str, PoolObservations] = {}
-        self.outlier = OutlierDetector(policy.policy.routing.outlier, policy.policy.health)
+        routing = policy.policy.routing
+        self.outlier = OutlierDetector(routing.outlier, policy.policy.health)
+        self.retry_budget = RetryBudget(
+            routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
+        )
         self.redis_ok = False
 
     # -- swaps --------------------------------------------------------------------------
@@ -41,10 +47,14 @@ class RoutingState:
             if i is not None:
                 arr[i] = n
         snapshot = Snapshot.build(policy, self.snapshot.rows, self.snapshot.taken_at_s)
-        # Ejections are facts about the fleet, not the policy: they survive a reload,
-        # and the new thresholds apply from the next failure on.
-        self.outlier.settings = policy.policy.routing.outlier
+        # Ejections and the retry count are facts about the fleet, not the policy: they
+        # survive a reload, and every new setting applies from the next request on.
+        routing = policy.policy.routing
+        self.outlier.settings = routing.outlier
         self.outlier.health = policy.policy.health
+        self.retry_budget.reconfigure(
+            routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
+        )
         self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
 
     def swap_snapshot(self, rows: dict[str, PoolRow], taken_at_s: float) -> None:

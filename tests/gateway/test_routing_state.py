@@ -22,7 +22,7 @@ REQUEST = RouteRequest(
 SLOTS = 4
 
 
-def _policy(*pool_ids: str, failures: int = 2) -> CompiledPolicy:
+def _policy(*pool_ids: str, failures: int = 2, **routing: object) -> CompiledPolicy:
     pools = []
     for pid in pool_ids:
         provider, region, _ = pid.split(":")
@@ -59,6 +59,7 @@ def _policy(*pool_ids: str, failures: int = 2) -> CompiledPolicy:
                 "base_ejection_s": 10,
                 "max_ejection_s": 60,
             },
+            **routing,
         },
     }
     return compile_policy(parse_policy(yaml.safe_dump(doc)))
@@ -235,3 +236,19 @@ def test_observations_after_take_pending_start_afresh(state: RoutingState) -> No
 
 def test_snapshot_age_is_infinite_before_any_snapshot(state: RoutingState) -> None:
     assert state.snapshot_age_s() == float("inf")
+
+
+def test_a_reload_applies_the_new_retry_budget() -> None:
+    state = RoutingState(_policy(A, B, retry_budget_ratio=0.0, retry_budget_min=0))
+    state.retry_budget.on_request(NOW)
+    assert not state.retry_budget.try_retry(NOW)
+
+    state.swap_policy(_policy(A, B, retry_budget_ratio=0.5, retry_budget_min=3))
+
+    assert [state.retry_budget.try_retry(NOW) for _ in range(4)] == [True, True, True, False]
+
+
+def test_a_reload_applies_the_new_outlier_thresholds() -> None:
+    state = RoutingState(_policy(A, B, failures=5))
+    state.swap_policy(_policy(A, B, failures=1))
+    assert state.outlier.settings.consecutive_failures == 1
