@@ -14,7 +14,6 @@ from gateway.access import AccessControl
 from gateway.auth import KeyRing
 from gateway.health import HealthMonitor
 from gateway.metrics import GatewayMetrics
-from gateway.policy_store import PolicyStore
 from gateway.proxy import Forwarder
 from gateway.routing_state import RoutingState
 from gateway.settings import GatewaySettings
@@ -23,8 +22,10 @@ from gateway.tracing import Tracing
 from gateway.usage import UsageLog
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
+from live.policy_file import PolicySource
 from live.tables import LiveTables
-from router.compiled import CompiledPolicy
+from router.compiled import compile_policy
+from router.policy import Policy
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Gateway:
 
     settings: GatewaySettings
     state: RoutingState
-    policies: PolicyStore
+    policies: PolicySource
     admin_keys: KeyRing
     metrics: GatewayMetrics
     tables: LiveTables
@@ -52,7 +53,8 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
 
     ``tracing`` defaults to what the standard ``OTEL_*`` environment asks for (off).
     """
-    compiled = PolicyStore.load_initial(settings.policy)
+    policies = PolicySource(settings.policy)
+    compiled = compile_policy(policies.policy)
     state = RoutingState(compiled)
     if settings.redis_url is None:
         raise ValueError(
@@ -85,17 +87,18 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
     access = AccessControl(access_tables, compiled.policy, bootstrap)
     background: set[asyncio.Task[None]] = set()
 
-    def on_swap(new: CompiledPolicy) -> None:
-        state.swap_policy(new)
+    def on_swap(policy: Policy) -> None:
+        state.swap_policy(compile_policy(policy))
         # Reloads run inside the event loop (file watcher, admin API).
-        task = asyncio.get_running_loop().create_task(access.on_policy(new.policy))
+        task = asyncio.get_running_loop().create_task(access.on_policy(policy))
         background.add(task)
         task.add_done_callback(background.discard)
 
+    policies.subscribe(on_swap)
     return Gateway(
         settings=settings,
         state=state,
-        policies=PolicyStore(settings.policy, on_swap),
+        policies=policies,
         admin_keys=KeyRing(admin),
         metrics=metrics,
         tables=tables,

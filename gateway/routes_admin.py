@@ -31,11 +31,11 @@ def admin_router(gw: Gateway) -> APIRouter:
 
     @router.post("/policy/reload")
     async def reload_policy(request: Request) -> Response:
-        """Reload the policy file. 200 with the new version, or 400 with every problem
-        (the running policy stays in force)."""
+        """Reload the policy file. 200 with the version in force (``unchanged`` when the
+        file's contents are), or 400 with every problem (the running policy stays)."""
         authorize(request)
         try:
-            compiled = gw.policies.reload()
+            changed = await gw.policies.reload_async()
         except PolicyError as exc:
             problems = [
                 {"path": p.path, "line": p.line, "message": p.message} for p in exc.problems
@@ -51,7 +51,11 @@ def admin_router(gw: Gateway) -> APIRouter:
                 "running_version": gw.policies.version,
             }
             return Response(orjson.dumps(body), status_code=400, media_type="application/json")
-        body2 = {"status": "reloaded", "version": gw.policies.version, "pools": compiled.size}
+        body2 = {
+            "status": "reloaded" if changed else "unchanged",
+            "version": gw.policies.version,
+            "pools": gw.state.policy.size,
+        }
         return Response(orjson.dumps(body2), media_type="application/json")
 
     async def live_rows(with_samples: bool) -> tuple[dict[str, PoolRow], bool]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,17 +23,26 @@ API_KEY = "sk-test-client-0123456789abcdef"
 ADMIN_TOKEN = "sk-test-admin-0123456789abcdef"
 
 
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    """Poll ``condition`` until it holds; raise TimeoutError naming ``what`` after
+    ``timeout_s``. A wait on a condition, bounded, never a timing assertion."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
 def wait_until(url: str, timeout_s: float = 20.0, ok: tuple[int, ...] = (200,)) -> None:
     """Poll ``url`` until it answers one of ``ok``; raise TimeoutError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         try:
-            if httpx.get(url, timeout=0.5).status_code in ok:
-                return
+            return httpx.get(url, timeout=0.5).status_code in ok
         except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not come up")
+            return False
+
+    wait_for(answers, f"{url} to come up", timeout_s)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pytest
 
 from skyroute.embedded_redis import free_port
 from tests.gateway.conftest import CHAT, Fleet, start_fleet
-from tests.gateway.harness import ADMIN_TOKEN, API_KEY, unique_prefix, wait_until
+from tests.gateway.harness import ADMIN_TOKEN, API_KEY, unique_prefix, wait_for, wait_until
 
 
 @pytest.fixture
@@ -36,15 +36,6 @@ def _sockets(pid: int, port: int, status: str) -> int:
         for c in psutil.Process(pid).net_connections(kind="tcp")
         if c.laddr and c.laddr.port == port and c.status == status
     )
-
-
-def _wait_for(check: object, what: str) -> None:
-    """Poll ``check()`` (bounded: 10 s) until it is true."""
-    for _ in range(200):
-        if check():  # type: ignore[operator]
-            return
-        psutil.wait_procs([], timeout=0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: str) -> None:
@@ -70,7 +61,7 @@ def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: s
         wait_until(f"http://127.0.0.1:{port}/readyz", timeout_s=60)
         workers = psutil.Process(proc.pid).children()
         assert len(workers) == 2
-        _wait_for(lambda: all(_sockets(w.pid, port, psutil.CONN_LISTEN) for w in workers),
+        wait_for(lambda: all(_sockets(w.pid, port, psutil.CONN_LISTEN) for w in workers),
                   "both workers listening")  # fmt: skip
         # The kernel hashes each new connection to one of the listeners: with 32 of them,
         # both workers get some unless one does not listen (odds 2**-31 otherwise).
@@ -79,7 +70,7 @@ def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: s
         def accepted() -> dict[int, int]:
             return {w.pid: _sockets(w.pid, port, psutil.CONN_ESTABLISHED) for w in workers}
 
-        _wait_for(lambda: sum(accepted().values()) >= 32, "32 accepted connections")
+        wait_for(lambda: sum(accepted().values()) >= 32, "32 accepted connections")
         assert all(n > 0 for n in accepted().values()), accepted()
 
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY,
