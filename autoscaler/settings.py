@@ -39,6 +39,8 @@ class AutoscalerSettings(BaseSettings):
     redis_url: str | None = None
     redis_prefix: str = "sr:v1"
     policy: Path = Path("policy.yaml")
+    # How often the policy file is looked at for a change (the same setting as the gateway's).
+    policy_poll_s: float = Field(default=1.0, gt=0)
     # A gateway replica's in-flight share counts while its heartbeat is this fresh.
     replica_ttl_ms: int = Field(default=3000, gt=0)
     log_level: str = "INFO"

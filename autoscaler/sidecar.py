@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from redis.asyncio import Redis
 
@@ -108,6 +108,25 @@ class Sidecar:
             drain_deadline_s=policy.health.drain_deadline_s,
         )
         self.actuator = Actuator(self.groups, self.drainer, self.leadership.is_leader, limits)
+        self._pending: Policy | None = None
+
+    def on_policy(self, policy: Policy) -> None:
+        """Take ``policy`` from the next cycle on (a ``PolicySource`` subscriber)."""
+        self._pending = policy
+
+    def _apply_pending_policy(self) -> None:
+        policy, self._pending = self._pending, None
+        if policy is None:
+            return
+        old_groups = {p.id: (p.provider, p.region, p.scaling) for p in self.policy.pools}
+        self.policy = policy
+        self.drainer.health, self.drainer.outlier = policy.health, policy.routing.outlier
+        self.actuator.limits = replace(
+            self.actuator.limits, drain_deadline_s=policy.health.drain_deadline_s
+        )
+        if {p.id: (p.provider, p.region, p.scaling) for p in policy.pools} != old_groups:
+            self._build_groups()
+        logger.info("autoscaler: policy reloaded (%d pools)", len(policy.pools))
 
     def _build_groups(self) -> None:
         """(Re)build every pool's node group, in place, with empty caches."""
@@ -184,6 +203,7 @@ class Sidecar:
     async def cycle(self, act: bool) -> CycleResult:
         """Plan once; with ``act`` and while leading, apply the plan, save the state and
         publish replica counts. Raises TableError when Redis fails."""
+        self._apply_pending_policy()
         acting = act and not self.options.dry_run and self.leadership.is_leader()
         fence = self.leadership.fence
         if acting and fence is not None and fence.token != self._acting_token:

@@ -88,17 +88,22 @@ class PolicySource:
             return self.reload()
         return False
 
+    async def poll_async(self) -> bool:
+        """``poll`` with the file looked at and read in a thread, off the event loop."""
+        if not self._moved(await asyncio.to_thread(self._stat_now)):
+            return False
+        with contextlib.suppress(PolicyError):
+            return await self.reload_async()
+        return False
+
     async def watch(self, interval_s: float, stop: asyncio.Event | None = None) -> None:
-        """Poll every ``interval_s`` seconds until ``stop`` is set (or cancelled); file
-        reads happen in a thread."""
+        """``poll_async`` every ``interval_s`` seconds until ``stop`` is set (or cancelled)."""
         stop = stop or asyncio.Event()
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval_s)
-            if stop.is_set() or not self._moved(await asyncio.to_thread(self._stat_now)):
-                continue
-            with contextlib.suppress(PolicyError):
-                await self.reload_async()
+            if not stop.is_set():
+                await self.poll_async()
 
     def _moved(self, stat: tuple[int, int]) -> bool:
         return stat not in (self._stat, (0, 0))

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from base.errors import PriceFeedError
 from live.lease import Lease
-from live.policy_file import load_policy
+from live.policy_file import PolicySource
 from live.price_table import PriceTable
 from live.tables import LiveTables
 from pricing.catalog import Catalog
@@ -64,7 +64,8 @@ async def open_process(settings: PriceFeedSettings) -> AsyncIterator[PriceProces
             feed="all",
             reason="config",
         )
-    policy = load_policy(settings.policy)
+    policies = PolicySource(settings.policy)
+    policy = policies.policy
     catalog = Catalog.builtin()
     feeds = build_feeds(settings, policy, settings.policy, catalog)
     redis = Redis.from_url(settings.redis_url)
@@ -89,7 +90,7 @@ async def open_process(settings: PriceFeedSettings) -> AsyncIterator[PriceProces
             lease,
             schedule,
             metrics,
-            policy_path=settings.policy,
+            policies=policies,
             rebuild_feeds=lambda p: build_feeds(settings, p, settings.policy, catalog),
         )
         yield PriceProcess(

@@ -4,8 +4,8 @@ Every tick the process takes or renews the lease. The leader refreshes the feeds
 are due (``pricing.schedule``), keeps the lease renewed while a slow fetch runs, and
 between refreshes re-publishes pool prices so stale flags appear on time. A follower
 only waits for the lease; when it becomes leader it starts from the price table the
-previous leader wrote. A changed policy file is picked up at the next tick; an invalid
-one is refused and the running one stays.
+previous leader wrote. A changed policy file (``live.policy_file.PolicySource``) is
+picked up at the next tick; an invalid one is refused and the running one stays.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from base.errors import PolicyError, TableError
+from base.errors import TableError
 from live.lease import Lease
-from live.policy_file import load_policy
+from live.policy_file import PolicySource
 from pricing.feed import Feed
 from pricing.metrics import PriceMetrics
 from pricing.refresh import Refresher, RefreshReport
@@ -35,6 +34,7 @@ _MAX_BACKOFF_S = 30.0
 class PriceWatcher:
     """Runs the refresh schedule on whichever sidecar holds the lease.
 
+    ``policies`` is the policy source to follow (None: the policy never changes);
     ``rebuild_feeds`` makes the feeds for a reloaded policy (the static file may move).
     """
 
@@ -45,7 +45,7 @@ class PriceWatcher:
         schedule: Schedule,
         metrics: PriceMetrics,
         *,
-        policy_path: Path | None = None,
+        policies: PolicySource | None = None,
         rebuild_feeds: Callable[[Policy], dict[str, Feed]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -53,12 +53,14 @@ class PriceWatcher:
         self.lease = lease
         self.schedule = schedule
         self.metrics = metrics
-        self.policy_path = policy_path
+        self.policies = policies
         self.rebuild_feeds = rebuild_feeds
         self.clock = clock
         self.renew_every_s = lease.ttl_ms / 3000.0
         self.leader = False
-        self._policy_mtime = self._mtime()
+        self._pending: Policy | None = None
+        if policies is not None:
+            policies.subscribe(self._on_policy)
 
     async def tick(self) -> float:
         """One step: hold the lease, refresh what is due. Seconds until the next step.
@@ -140,21 +142,15 @@ class PriceWatcher:
             with contextlib.suppress(asyncio.CancelledError, TableError):
                 await renewer
 
-    def _mtime(self) -> int:
-        try:
-            return self.policy_path.stat().st_mtime_ns if self.policy_path else 0
-        except OSError:
-            return 0
+    def _on_policy(self, policy: Policy) -> None:
+        # Subscribers run synchronously; closing the old feeds waits for the next tick.
+        self._pending = policy
 
     async def _maybe_reload(self) -> None:
-        mtime = self._mtime()
-        if self.policy_path is None or mtime == self._policy_mtime:
-            return
-        self._policy_mtime = mtime
-        try:
-            policy = load_policy(self.policy_path)
-        except PolicyError as exc:
-            logger.error("policy %s refused, keeping the running one: %s", self.policy_path, exc)
+        if self.policies is not None:
+            await self.policies.poll_async()
+        policy, self._pending = self._pending, None
+        if policy is None:
             return
         self.refresher.policy = policy
         self.schedule.retune(policy.pricing.refresh_interval_s, policy.pricing.jitter)
@@ -163,4 +159,7 @@ class PriceWatcher:
             self.refresher.feeds = self.rebuild_feeds(policy)
             for feed in old.values():
                 await feed.aclose()
-        logger.info("policy %s reloaded for the price feeds", self.policy_path)
+        logger.info(
+            "policy version %d applied to the price feeds",
+            self.policies.version if self.policies else 0,
+        )

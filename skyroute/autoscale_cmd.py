@@ -24,8 +24,7 @@ from autoscaler.profile import measure_profile
 from autoscaler.settings import AutoscalerSettings
 from autoscaler.sidecar import Sidecar, SidecarOptions
 from base.errors import SkyrouteError
-from live.policy_file import load_policy
-from router.policy import Policy
+from live.policy_file import PolicySource
 from skyroute import logs
 from skyroute.embedded_redis import redis_url_or_embedded
 
@@ -51,18 +50,24 @@ def _options(settings: AutoscalerSettings) -> SidecarOptions:
     )
 
 
-async def _autoscale(settings: AutoscalerSettings, policy: Policy, url: str, once: bool) -> int:
+async def _autoscale(
+    settings: AutoscalerSettings, policies: PolicySource, url: str, once: bool
+) -> int:
     redis = Redis.from_url(url)
     sidecar = Sidecar(
-        policy, redis, settings.cloud_config(), settings.scaler_config(), _options(settings)
-    )
+        policies.policy, redis, settings.cloud_config(), settings.scaler_config(),
+        _options(settings),
+    )  # fmt: skip
+    policies.subscribe(sidecar.on_policy)
     try:
         if not once:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
+            watcher = asyncio.create_task(policies.watch(settings.policy_poll_s, stop))
             await sidecar.run(stop)
+            await watcher
             return 0
         acting = not settings.autoscale_dry_run
         if acting:
@@ -91,9 +96,9 @@ def cmd_autoscale(args: argparse.Namespace) -> int:
         overrides["autoscale_dry_run"] = True
     settings = AutoscalerSettings(**overrides)
     logs.configure(settings.log_level, settings.log_json and not args.once)
-    policy = load_policy(settings.policy)
+    policies = PolicySource(settings.policy)
     with _redis_url(settings) as url:
-        return asyncio.run(_autoscale(settings, policy, url, args.once))
+        return asyncio.run(_autoscale(settings, policies, url, args.once))
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -126,3 +126,28 @@ def test_a_pool_without_a_scaling_section_is_planned_but_left_alone(target: Redi
     assert result.plan.actionable == ()
     assert result.plan.change(POOL).target == 1
     assert replicas == {"ready": "1", "target": "1"}
+
+
+def test_a_reloaded_policy_applies_from_the_next_cycle(target: RedisTarget) -> None:
+    capped = make_policy([pool_doc(POOL, usd=1.0, max_replicas=2)])
+
+    async def main() -> tuple[int | None, int | None, object]:
+        redis = target.client()
+        cloud_config = CloudConfig(fake=FakeCloud(), adapter_for={"aws": "fake"}, cache_ttl_s=0.0)
+        options = SidecarOptions(holder="test-1", prefix=target.prefix)
+        sidecar = Sidecar(POLICY, redis, cloud_config, config(history_s=86_400.0), options)
+        try:
+            await _record_demand(sidecar.demand, 2500.0)
+            await sidecar.leadership.tick()
+            sidecar.on_policy(capped)  # as a PolicySource subscriber would
+            before = sidecar.policy.pools[0].replicas.max
+            result = await sidecar.cycle(act=True)
+            return before, result.plan.change(POOL).target, sidecar.policy
+        finally:
+            sidecar.close()
+            await redis.aclose()
+
+    before, target_replicas, policy = asyncio.run(main())
+    assert before == 8  # nothing changes until the next cycle
+    assert target_replicas == 2  # 3 wanted, capped by the reloaded max
+    assert policy is capped

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from live.lease import Lease
+from live.policy_file import PolicySource
 from live.price_table import PriceKey, PriceTable
 from live.tables import LiveTables
 from pricing.catalog import Catalog
@@ -47,9 +48,8 @@ async def _watcher(
     lease = Lease(client, LEASE_NAME, holder, 30_000, prefix=prefix)
     schedule = Schedule(["aws"], 300.0, 0.0, 5.0, now_s=clock(), rand=lambda: 0.5)
     try:
-        yield PriceWatcher(
-            refresher, lease, schedule, metrics, policy_path=policy_path, clock=clock
-        )
+        policies = PolicySource(policy_path) if policy_path is not None else None
+        yield PriceWatcher(refresher, lease, schedule, metrics, policies=policies, clock=clock)
     finally:
         await client.aclose()
 
