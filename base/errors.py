@@ -2,9 +2,10 @@
 
 Every package raises these; foreign exceptions (redis, aiohttp, httpx, botocore,
 google.api_core, azure.core) are turned into them once, at the boundary, with
-``raise ... from exc``. The gateway maps them to OpenAI-shaped HTTP errors in one
-handler (``gateway.http_errors``). This module imports nothing from the project, so
-any layer may import it.
+``raise ... from exc``. The gateway maps them to OpenAI-shaped HTTP errors with one
+table (``gateway.http_errors.TABLE``; the statuses below are what it says): this
+module knows nothing of HTTP, and imports nothing from the project, so any layer may
+import it.
 
     SkyrouteError
     ├── PolicyError                 invalid routing policy (carries every problem found)
@@ -69,8 +70,7 @@ class PolicyError(SkyrouteError):
 class RequestError(SkyrouteError):
     """The client's request cannot be served as sent. ``param`` names the field, if any."""
 
-    status = 400
-    error_type = "invalid_request_error"
+    # A machine-readable reason, when one instance differs from its class's usual one.
     code: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
@@ -86,38 +86,21 @@ class InvalidRequest(RequestError):
 class PayloadTooLarge(RequestError):
     """The request body is over the configured limit."""
 
-    status = 413
-    code = "payload_too_large"
-
 
 class HeadersTooLarge(RequestError):
     """The request headers are over the configured limit."""
-
-    status = 431
-    code = "headers_too_large"
 
 
 class AuthenticationError(RequestError):
     """Missing, unknown, revoked or expired API key."""
 
-    status = 401
-    error_type = "authentication_error"
-    code = "invalid_api_key"
-
 
 class PermissionDenied(RequestError):
     """The caller is known but may not do this."""
 
-    status = 403
-    error_type = "permission_error"
-    code = "permission_denied"
-
 
 class ModelNotFound(RequestError):
     """The requested model is not served by this policy."""
-
-    status = 404
-    code = "model_not_found"
 
     def __init__(self, model: str) -> None:
         super().__init__(f"The model `{model}` does not exist.", param="model")
@@ -125,10 +108,6 @@ class ModelNotFound(RequestError):
 
 class RateLimited(RequestError):
     """Over a rate limit or budget. ``retry_after_s`` feeds the Retry-After header."""
-
-    status = 429
-    error_type = "requests"
-    code = "rate_limit_exceeded"
 
     def __init__(self, message: str, *, retry_after_s: float, code: str | None = None) -> None:
         super().__init__(message)
@@ -139,8 +118,6 @@ class RateLimited(RequestError):
 
 class RoutingError(SkyrouteError):
     """No pool can take the request right now."""
-
-    status = 503
 
 
 class NoFeasiblePool(RoutingError):
@@ -166,11 +143,12 @@ class UpstreamTimeout(UpstreamError):
 
 
 class UpstreamStatusError(UpstreamError):
-    """The endpoint answered 5xx or 429 before any byte reached the client."""
+    """The endpoint answered 5xx or 429 before any byte reached the client;
+    ``upstream_status`` is the status it answered."""
 
     def __init__(self, message: str, *, pool_id: str = "", status: int = 502) -> None:
         super().__init__(message, pool_id=pool_id)
-        self.status = status
+        self.upstream_status = status
 
 
 class UpstreamStreamError(UpstreamError):

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from base.errors import AuthenticationError
 from gateway.context import Gateway
-from gateway.http_errors import error_response
+from gateway.http_errors import to_response
 
 _NONCE_MARK = b"__CSP_NONCE__"
 _CHALLENGE = 'Basic realm="skyroute"'
@@ -50,13 +50,7 @@ def dashboard_router(gw: Gateway) -> APIRouter:
         try:
             gw.admin_keys.check_bearer(request.headers.get("authorization"))
         except AuthenticationError as exc:
-            return error_response(
-                exc.status,
-                exc.message,
-                error_type=exc.error_type,
-                code=exc.code,
-                headers={"WWW-Authenticate": _CHALLENGE},
-            )
+            return to_response(exc, headers={"WWW-Authenticate": _CHALLENGE})
         nonce = secrets.token_urlsafe(16)
         return Response(
             page.replace(_NONCE_MARK, nonce.encode()),

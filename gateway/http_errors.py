@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 from fastapi import FastAPI, Request
@@ -16,7 +17,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from base.errors import (
+    AuthenticationError,
+    HeadersTooLarge,
+    ModelNotFound,
     NoFeasiblePool,
+    PayloadTooLarge,
+    PermissionDenied,
     PolicyError,
     RateLimited,
     RequestError,
@@ -32,6 +38,61 @@ logger = logging.getLogger(__name__)
 _HTTP_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error"}
 
 
+@dataclass(frozen=True)
+class HttpError:
+    """How one class of skyroute error is answered: HTTP status, OpenAI error type and
+    the default error code (an error's own ``code`` wins)."""
+
+    status: int
+    error_type: str
+    code: str | None = None
+
+
+# The one table from the error tree to HTTP. An error takes the entry of the nearest
+# class in its ``__mro__`` (as Starlette finds exception handlers), so a new subclass
+# answers like its parent until it gets a row of its own.
+TABLE: Mapping[type[SkyrouteError], HttpError] = {
+    RequestError: HttpError(400, "invalid_request_error"),
+    PayloadTooLarge: HttpError(413, "invalid_request_error", "payload_too_large"),
+    HeadersTooLarge: HttpError(431, "invalid_request_error", "headers_too_large"),
+    AuthenticationError: HttpError(401, "authentication_error", "invalid_api_key"),
+    PermissionDenied: HttpError(403, "permission_error", "permission_denied"),
+    ModelNotFound: HttpError(404, "invalid_request_error", "model_not_found"),
+    RateLimited: HttpError(429, "requests", "rate_limit_exceeded"),
+    RoutingError: HttpError(503, "service_unavailable", "no_available_pool"),
+    NoFeasiblePool: HttpError(503, "service_unavailable", "no_feasible_pool"),
+    UpstreamError: HttpError(502, "upstream_error", "upstream_error"),
+    UpstreamTimeout: HttpError(504, "upstream_error", "upstream_timeout"),
+    TableError: HttpError(503, "service_unavailable", "tables_unavailable"),
+    PolicyError: HttpError(400, "invalid_request_error", "invalid_policy"),
+    SkyrouteError: HttpError(500, "server_error"),
+}
+
+# Messages that must not reach a client as raised (they may name internal hosts).
+_CLIENT_MESSAGES: Mapping[type[SkyrouteError], str] = {
+    TableError: "the live tables are unreachable; retry",
+}
+
+
+def http_error(exc: SkyrouteError) -> HttpError:
+    """The table entry for ``exc``: its nearest class that has one. Total."""
+    for cls in type(exc).__mro__:
+        entry = TABLE.get(cls)
+        if entry is not None:
+            return entry
+    return TABLE[SkyrouteError]
+
+
+def status_of(exc: SkyrouteError) -> int:
+    """The HTTP status a client gets for ``exc`` (for logs and metrics)."""
+    return http_error(exc).status
+
+
+def code_of(exc: SkyrouteError) -> str:
+    """The error code a client gets for ``exc`` (its class name if it has none)."""
+    return getattr(exc, "code", None) or http_error(exc).code or type(exc).__name__
+
+
 def error_response(
     status: int,
     message: str,
@@ -40,52 +101,46 @@ def error_response(
     param: str | None = None,
     code: str | None = None,
     headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> Response:
-    """An OpenAI-shaped error response."""
-    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    """An OpenAI-shaped error response; ``extra`` adds top-level fields beside ``error``."""
+    body: dict[str, object] = {
+        "error": {"message": message, "type": error_type, "param": param, "code": code}
+    }
+    if extra:
+        body.update(extra)
     return Response(
         orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
     )
 
 
-def to_response(exc: SkyrouteError) -> Response:
+def to_response(exc: SkyrouteError, headers: Mapping[str, str] | None = None) -> Response:
     """Map one skyroute error to its HTTP response. Total: every error gets an answer."""
+    entry = http_error(exc)
+    if entry is TABLE[SkyrouteError]:  # no closer row: nothing the client should read
+        logger.error("unmapped skyroute error: %s", type(exc).__name__)
+        return error_response(500, "internal error", error_type="server_error")
+    message = next(
+        (m for cls, m in _CLIENT_MESSAGES.items() if isinstance(exc, cls)),
+        exc.message if isinstance(exc, RequestError) else str(exc),
+    )
+    out_headers = dict(headers or {})
     if isinstance(exc, RateLimited):
-        retry = str(max(1, math.ceil(exc.retry_after_s)))
-        return error_response(
-            exc.status,
-            exc.message,
-            error_type=exc.error_type,
-            code=exc.code,
-            headers={"Retry-After": retry},
-        )
-    if isinstance(exc, RequestError):
-        return error_response(
-            exc.status, exc.message, error_type=exc.error_type, param=exc.param, code=exc.code
-        )
-    if isinstance(exc, NoFeasiblePool):
-        return error_response(
-            503, str(exc), error_type="service_unavailable", code="no_feasible_pool"
-        )
-    if isinstance(exc, RoutingError):
-        return error_response(
-            503, str(exc), error_type="service_unavailable", code="no_available_pool"
-        )
-    if isinstance(exc, UpstreamTimeout):
-        return error_response(504, str(exc), error_type="upstream_error", code="upstream_timeout")
-    if isinstance(exc, UpstreamError):
-        return error_response(502, str(exc), error_type="upstream_error", code="upstream_error")
-    if isinstance(exc, TableError):
-        return error_response(
-            503,
-            "the live tables are unreachable; retry",
-            error_type="service_unavailable",
-            code="tables_unavailable",
-        )
+        out_headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    extra: dict[str, object] | None = None
     if isinstance(exc, PolicyError):
-        return error_response(400, str(exc), code="invalid_policy")
-    logger.error("unmapped skyroute error: %s", type(exc).__name__)
-    return error_response(500, "internal error", error_type="server_error")
+        extra = {"problems": [
+            {"path": p.path, "line": p.line, "message": p.message} for p in exc.problems
+        ]}  # fmt: skip
+    return error_response(
+        entry.status,
+        message,
+        error_type=entry.error_type,
+        param=getattr(exc, "param", None),
+        code=getattr(exc, "code", None) or entry.code,
+        headers=out_headers or None,
+        extra=extra,
+    )
 
 
 def install(app: FastAPI) -> None:

@@ -12,7 +12,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from base.errors import InvalidRequest, PolicyError, TableError
+from base.errors import InvalidRequest, TableError
 from gateway.context import Gateway
 from router.health import HealthEvent
 from router.snapshot import PoolRow
@@ -34,23 +34,8 @@ def admin_router(gw: Gateway) -> APIRouter:
         """Reload the policy file. 200 with the version in force (``unchanged`` when the
         file's contents are), or 400 with every problem (the running policy stays)."""
         authorize(request)
-        try:
-            changed = await gw.policies.reload_async()
-        except PolicyError as exc:
-            problems = [
-                {"path": p.path, "line": p.line, "message": p.message} for p in exc.problems
-            ]
-            body = {
-                "error": {
-                    "message": str(exc),
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": "invalid_policy",
-                },
-                "problems": problems,
-                "running_version": gw.policies.version,
-            }
-            return Response(orjson.dumps(body), status_code=400, media_type="application/json")
+        # An invalid file raises PolicyError: 400 with every problem (http_errors).
+        changed = await gw.policies.reload_async()
         body2 = {
             "status": "reloaded" if changed else "unchanged",
             "version": gw.policies.version,

@@ -24,6 +24,7 @@ from base.errors import (
     PermissionDenied,
     SkyrouteError,
 )
+from gateway import http_errors
 from gateway.access import Caller, bearer_digest
 from gateway.context import Gateway
 from gateway.finish import RequestContext, access_log
@@ -133,13 +134,13 @@ def openai_routes(gw: Gateway) -> list[Route]:
 
     def refused(request: Request, exc: SkyrouteError, received: float) -> None:
         # A request refused before routing still gets its metric and its access line.
-        code = getattr(exc, "code", None) or type(exc).__name__
+        code = http_errors.code_of(exc)
         gw.metrics.rejected.labels(code=code).inc()
         if access_log.isEnabledFor(logging.INFO):
             fields = {
                 "request_id": (request.headers.get("x-request-id") or "")[:128] or None,
                 "status": code,
-                "http_status": getattr(exc, "status", 500),
+                "http_status": http_errors.status_of(exc),
                 "latency_ms": round((time.perf_counter() - received) * 1000.0, 3),
             }
             access_log.info("request", extra={"fields": fields})

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 
+import orjson
 import pytest
 
 from base.errors import AuthenticationError
 from gateway.auth import KeyRing
+from gateway.http_errors import to_response
 
 SECRET = "sk-test-0123456789abcdef"
 OTHER = "sk-other-fedcba9876543210"
@@ -71,7 +73,9 @@ def test_rejects_an_unknown_key(ring: KeyRing, token: str) -> None:
 def test_rejection_carries_the_401_status_and_code(ring: KeyRing) -> None:
     with pytest.raises(AuthenticationError) as info:
         ring.check_bearer("Bearer nope")
-    assert (info.value.status, info.value.code) == (401, "invalid_api_key")
+    response = to_response(info.value)
+    error = orjson.loads(response.body)["error"]
+    assert (response.status_code, error["code"]) == (401, "invalid_api_key")
 
 
 def test_an_empty_keyring_is_falsy() -> None:

@@ -28,12 +28,13 @@ from base.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
-from gateway.http_errors import error_response, to_response
+from gateway.http_errors import error_response, status_of, to_response
 
 
 def _error(response: Response) -> dict[str, Any]:
     body = orjson.loads(bytes(response.body))
-    assert set(body) == {"error"}
+    # OpenAI's shape; an invalid policy adds the list of its problems beside it.
+    assert set(body) - {"problems"} == {"error"}
     error: dict[str, Any] = body["error"]
     return error
 
@@ -125,3 +126,34 @@ def test_other_errors_set_no_retry_after() -> None:
 def test_error_response_passes_extra_headers() -> None:
     response = error_response(401, "no", headers={"WWW-Authenticate": "Bearer"})
     assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_subclass_without_a_row_answers_like_its_nearest_parent() -> None:
+    class SlowFirstByte(UpstreamTimeout):
+        pass
+
+    response = to_response(SlowFirstByte("late"))
+    assert (response.status_code, _error(response)["code"]) == (504, "upstream_timeout")
+    assert status_of(SlowFirstByte("late")) == 504
+
+
+def test_status_of_is_what_the_client_gets() -> None:
+    for exc in (TableError("x"), RateLimited("r", retry_after_s=1), AdapterError("a")):
+        assert status_of(exc) == to_response(exc).status_code
+
+
+def test_a_policy_error_carries_every_problem() -> None:
+    exc = PolicyError("p.yaml", [PolicyProblem("pools[0].id", 4, "duplicate pool id 'a'")])
+    body = orjson.loads(to_response(exc).body)
+    assert body["problems"] == [
+        {"path": "pools[0].id", "line": 4, "message": "duplicate pool id 'a'"}
+    ]
+    assert body["error"]["code"] == "invalid_policy"
+
+
+def test_the_error_tree_knows_nothing_of_http() -> None:
+    import base.errors as errors_module  # noqa: PLC0415
+
+    for cls in vars(errors_module).values():
+        if isinstance(cls, type) and issubclass(cls, SkyrouteError):
+            assert "status" not in vars(cls) and "error_type" not in vars(cls), cls
