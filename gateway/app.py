@@ -53,9 +53,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         upstream = UpstreamClient()
         gw.forwarder = Forwarder(gw.state, upstream, gw.metrics, gw.usage, gw.demand)
-        with contextlib.suppress(Exception):
-            await gw.sync.refresh_once()
-            gw.state.redis_ok = True
+        await gw.sync.first_refresh()
         with contextlib.suppress(TableError):
             await gw.access.publish()
         tasks = [

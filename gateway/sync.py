@@ -63,21 +63,42 @@ class TableSync:
         self.replica_ttl_ms = replica_ttl_ms
         self._wake = asyncio.Event()
         self.redis_errors = 0
+        self._failing: set[str] = set()
         self.dropped_observations = 0
         self.skipped_flushes = 0
         self._flushed_inflight: dict[str, int] | None = None
         self._flushed_at = -float("inf")
 
-    def _mark(self, ok: bool, what: str, exc: Exception | None = None) -> None:
-        if ok and not self.state.redis_ok:
-            logger.info("redis reachable again; live tables re-synced")
-        elif not ok:
+    def _mark(self, ok: bool, what: str, exc: BaseException | None = None) -> None:
+        # The first failure of each kind is logged with its exception, also when Redis
+        # was never reachable (a gateway started against a wrong URL must say so), and
+        # again after a recovery; repeats while it stays down are only counted.
+        if ok:
+            if not self.state.redis_ok and self._failing:
+                logger.info("redis reachable again; live tables re-synced")
+            self._failing.clear()
+        else:
             self.redis_errors += 1
-            if self.state.redis_ok:
+            if what not in self._failing:
+                self._failing.add(what)
                 logger.warning(
-                    "redis unreachable (%s): routing from the last snapshot: %s", what, exc
-                )
+                    "redis unreachable (%s): routing from the last snapshot: %s: %s",
+                    what, type(exc).__name__ if exc else "error", exc,
+                )  # fmt: skip
         self.state.redis_ok = ok
+
+    async def first_refresh(self) -> None:
+        """The start-up read of the tables; a failure is logged (the gateway then routes
+        from the policy's defaults until Redis answers). Never raises."""
+        try:
+            await self.refresh_once()
+        except TableError as exc:
+            self._mark(False, "first refresh", exc)
+        except Exception as exc:
+            logger.exception("first snapshot refresh failed unexpectedly")
+            self._mark(False, "first refresh", exc)
+        else:
+            self._mark(True, "first refresh")
 
     async def refresh_once(self) -> None:
         """Read the tables into a new snapshot. Raises TableError."""
@@ -168,14 +189,25 @@ class TableSync:
     async def listen(self, redis: Redis) -> None:
         """Loop: wake ``refresh`` on every table-change event. Runs until cancelled."""
         backoff = 0.1
+        listen_failing = False
         while True:
             try:
                 async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self.tables.events_channel)
-                    backoff = 0.1
+                    backoff, listen_failing = 0.1, False
                     async for _ in pubsub.listen():
                         self._wake.set()
-            except (RedisError, OSError):
+            except (RedisError, OSError) as exc:
+                # Readiness is the refresh loop's to judge; here only the first failure
+                # of a run of them is logged (the refresh loop's poll still wakes it).
+                if not listen_failing:
+                    logger.warning("table-event subscription lost (%s: %s); resubscribing",
+                                   type(exc).__name__, exc)  # fmt: skip
+                listen_failing = True
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            except Exception:
+                logger.exception("table-event listener failed; resubscribing")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 

@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from skyroute.embedded_redis import EmbeddedRedis
+from skyroute.embedded_redis import EmbeddedRedis, free_port
 from tests.gateway.conftest import Fleet
 from tests.gateway.faults.conftest import CHAT_BODY
 from tests.gateway.harness import Gateway, unique_prefix, wait_for
@@ -41,3 +41,16 @@ def test_a_table_error_in_admission_is_logged_with_the_status_the_client_got(
     finally:
         gw.stop()
         server.stop()
+
+
+def test_a_gateway_started_without_redis_logs_the_first_failure_once(fast_fleet: Fleet) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    gw = Gateway(fast_fleet.policy_path, dead, unique_prefix()).start()
+    try:
+        assert httpx.get(f"{gw.base}/readyz").json()["redis"] == "unreachable"
+        wait_for(lambda: "redis unreachable (refresh)" in gw.logs(), "the refresh loop's failure")
+        logs = gw.logs()
+        assert "redis unreachable (first refresh)" in logs and "TableError" in logs
+        assert logs.count("redis unreachable (refresh)") == 1  # repeats are only counted
+    finally:
+        gw.stop()
