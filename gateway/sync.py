@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -50,8 +51,11 @@ class TableSync:
         refresh_interval_s: float,
         flush_interval_s: float,
         replica_ttl_ms: int,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
+        # The clock of the flush-skipping rule (seconds; injectable for tests).
+        self.monotonic = monotonic
         self.tables = tables
         self.access_tables = access_tables
         self.usage = usage
@@ -124,7 +128,7 @@ class TableSync:
         records = self.usage.take()
         demand = self.demand.take()
         inflight = dict(self.state.inflight)
-        now = time.monotonic()
+        now = self.monotonic()
         if (
             not pending
             and not records

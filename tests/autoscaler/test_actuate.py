@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from autoscaler.drain import Drainer
 from autoscaler.plan import Plan, PoolChange
 from autoscaler.state import ScalerState
 from live.tables import LiveTables
-from router.health import HealthEvent, PoolState, transition
+from router.health import HealthEvent, transition
 from router.policy import HealthSettings, OutlierSettings
 from tests.autoscaler.conftest import RedisTarget
 
@@ -33,6 +34,30 @@ def plan(*changes: PoolChange, state: ScalerState | None = None) -> Plan:
     after = sum(c.target * c.usd_per_replica_hour for c in changes)
     before = sum(c.current * c.usd_per_replica_hour for c in changes)
     return Plan(0.0, changes, (), before, after, None, state or ScalerState())
+
+
+class DrainClock:
+    """The drainer's clock and sleep, driven by the test: each sleep moves time on by
+    what was asked and counts the drainer's polls, so a test waits for polls, not time."""
+
+    def __init__(self) -> None:
+        self.t = time.time()
+        self.polls = 0
+        self.polled = asyncio.Event()
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        self.polls += 1
+        self.polled.set()
+        await asyncio.sleep(0)  # let the test's coroutine run between polls
+
+    async def wait_polls(self, n: int) -> None:
+        while self.polls < n:
+            self.polled.clear()
+            await asyncio.wait_for(self.polled.wait(), timeout=30)  # a hang guard only
 
 
 class World:
@@ -65,13 +90,20 @@ class World:
             state = client.hget(f"{self.prefix}:pool:{pool}:health", "state")
         return str(state or "healthy")
 
-    def run(self, body: Callable[[Actuator, LiveTables], Awaitable[Any]]) -> Any:
+    def run(
+        self,
+        body: Callable[[Actuator, LiveTables], Awaitable[Any]],
+        drain_clock: DrainClock | None = None,
+    ) -> Any:
         async def main() -> Any:
             redis = self.target.client()
             try:
                 tables = LiveTables(redis, self.prefix)
+                timing: dict[str, Any] = (
+                    {"clock": drain_clock.now, "sleep": drain_clock.sleep} if drain_clock else {}
+                )
                 drainer = Drainer(tables, HealthSettings(), OutlierSettings(), settle_s=0.2,
-                                  poll_s=0.02)  # fmt: skip
+                                  poll_s=0.02, **timing)  # fmt: skip
                 actuator = Actuator(self.groups, drainer, lambda: self.leading, self.limits)
                 return await body(actuator, tables)
             finally:
@@ -150,6 +182,7 @@ def test_a_scale_down_cordons_the_pool_first_and_gives_it_back_after(target: Red
 
 def test_a_scale_down_deletes_only_after_in_flight_requests_finish(target: RedisTarget) -> None:
     world = World(target, {A: 2})
+    clock = DrainClock()
 
     async def body(actuator: Actuator, tables: LiveTables) -> list[list[ScaleEvent]]:
         async def inflight(n: int) -> None:
@@ -158,17 +191,14 @@ def test_a_scale_down_deletes_only_after_in_flight_requests_finish(target: Redis
 
         await inflight(1)
         task = asyncio.create_task(actuator.apply(plan(change(A, 2, 1))))
-        for _ in range(2000):  # bounds a hung test only
-            if (await tables.read_health(A)).state is PoolState.DRAINING:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.6)  # three settle periods with a request still in flight
+        # 30 polls of 20 ms: three settle periods of the drainer's clock, request in flight.
+        await clock.wait_polls(30)
         during = [e for e in world.events if e.after < e.before]
         await inflight(0)
         await task
         return [during, [e for e in world.events if e.after < e.before]]
 
-    during, after = world.run(body)
+    during, after = world.run(body, clock)
     assert during == []
     assert len(after) == 1
 

@@ -22,6 +22,8 @@ def test_an_idle_replica_skips_flushes_until_a_quarter_of_its_ttl(redis_url: str
         replica_ttl_ms=800,  # a write at least every 200 ms
     )
     gw = build_gateway(settings)
+    clock = [1000.0]  # the flush rule's monotonic clock, moved by the test
+    gw.sync.monotonic = lambda: clock[0]
     key = gw.sync.tables._inflight_key(settings.replica_id)
 
     async def scenario() -> list[bool]:
@@ -38,13 +40,16 @@ def test_an_idle_replica_skips_flushes_until_a_quarter_of_its_ttl(redis_url: str
             await gw.sync.flush_once()  # a count changed: written
             seen.append(bool(await redis.exists(key)))
             await redis.delete(key)
-            await asyncio.sleep(0.25)
-            await gw.sync.flush_once()  # nothing new, but 250 ms > 800 / 4: written
+            clock[0] += 0.199
+            await gw.sync.flush_once()  # nothing new, 199 ms < 800 / 4: still skipped
+            seen.append(bool(await redis.exists(key)))
+            clock[0] += 0.002
+            await gw.sync.flush_once()  # nothing new, but 201 ms > 800 / 4: written
             seen.append(bool(await redis.exists(key)))
         finally:
             await redis.aclose()
             await gw.sync.tables.redis.aclose()
         return seen
 
-    assert asyncio.run(scenario()) == [True, False, True, True]
-    assert gw.sync.skipped_flushes == 1
+    assert asyncio.run(scenario()) == [True, False, True, False, True]
+    assert gw.sync.skipped_flushes == 2

@@ -43,8 +43,13 @@ def _embed(client: openai.OpenAI) -> None:
     client.embeddings.create(model=EMBED, input="hello")
 
 
-def _chat(client: openai.OpenAI) -> None:
-    client.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=2)
+def _chat(client: openai.OpenAI) -> str:
+    """One chat request; the pool that answered it."""
+    raw = client.chat.completions.with_raw_response.create(
+        model=CHAT, messages=MESSAGES, max_tokens=2
+    )
+    assert raw.parse().choices[0].message.content
+    return raw.headers["x-skyroute-pool"]
 
 
 # -- models and caps (the shared fleet, two replicas) -------------------------------------
@@ -67,7 +72,7 @@ def test_a_tenant_gets_403_on_a_model_it_may_not_use(pair: list[Gateway], chat_o
 
 def test_a_tenant_may_use_a_model_it_is_allowed(pair: list[Gateway], chat_only: str) -> None:
     with openai_client(pair[1], chat_only) as client:
-        _chat(client)
+        assert _chat(client)  # answered by a pool of the model
 
 
 def test_models_lists_only_the_models_a_tenant_may_use(pair: list[Gateway], chat_only: str) -> None:
