@@ -298,10 +298,16 @@ def rank(
     if view.full_weight and local_blocked is None:
         available, eligible = view.available, region_ok & view.ready
     else:
-        available = view.available & (view.weight > request.ramp_draw)
+        available = view.available
         if local_blocked is not None:
             available = available & ~local_blocked[m]
         eligible = region_ok & available & view.has_capacity
+        # A readmitted pool ramps up relative to its healthy peers: it takes a share of
+        # traffic they could serve. With no fully weighted peer left for this request it
+        # takes all of it, so a ramp never refuses traffic that some pool could serve.
+        if np.any(eligible & (view.weight >= 1.0)):
+            ramped = view.weight > request.ramp_draw
+            available, eligible = available & ramped, eligible & ramped
     cost = est_tokens * view.usd_per_token
     # Predictions are estimates: keep a margin below the targets (routing.slo_headroom,
     # tpot_headroom), and far clients out of the slots reserved for near ones.

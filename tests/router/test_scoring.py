@@ -668,3 +668,21 @@ def test_without_an_estimate_the_router_prices_prompt_and_expected_output() -> N
     ranking = rank(_req(prompt_tokens=500, max_output_tokens=None), policy, _snap(policy))
     expected = 500 + policy.policy.models["m"].expected_output_tokens
     assert ranking.est_tokens == expected
+
+
+def test_a_ramping_pool_with_no_healthy_peer_takes_every_request() -> None:
+    policy = _cheap_and_pricey()
+    ramping = PoolRow(health=HealthRecord(readmitted_s=100.0))  # 10 % at the start
+    snapshot = Snapshot.build(policy, {CHEAP: ramping, PRICEY: EJECTED}, taken_at_s=100.0)
+
+    ranking = rank(_req(ramp_draw=0.99), policy, snapshot)
+
+    assert _order(ranking) == [CHEAP]
+
+
+def test_when_every_pool_ramps_after_a_shared_outage_none_refuses_traffic() -> None:
+    policy = _cheap_and_pricey()
+    ramping = PoolRow(health=HealthRecord(readmitted_s=100.0))
+    snapshot = Snapshot.build(policy, {CHEAP: ramping, PRICEY: ramping}, taken_at_s=100.0)
+
+    assert _order(rank(_req(ramp_draw=0.99), policy, snapshot)) == [CHEAP, PRICEY]
