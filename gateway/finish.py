@@ -52,6 +52,8 @@ class Attempt:
     slo_ttft_ms: float
     slo_tpot_ms: float
     span: ChildSpan = NOOP
+    # How long this attempt may wait for its first byte (gateway.deadlines), seconds.
+    first_byte_s: float = 60.0
 
 
 class RequestFinisher:

@@ -23,6 +23,7 @@ from base.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
+from gateway.deadlines import first_byte_deadline_s
 from gateway.decisions import DecisionLog
 from gateway.finish import Attempt, RequestContext, RequestFinisher
 from gateway.metrics import GatewayMetrics
@@ -60,10 +61,10 @@ class Forwarder:
         self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics)
         self._rr: dict[str, int] = {}
 
-    def _timeouts(self) -> UpstreamTimeouts:
+    def _timeouts(self, attempt: Attempt) -> UpstreamTimeouts:
         r = self.state.policy.policy.routing
         return UpstreamTimeouts(
-            r.connect_timeout_ms / 1000, r.first_byte_timeout_ms / 1000, r.idle_timeout_ms / 1000
+            r.connect_timeout_ms / 1000, attempt.first_byte_s, r.idle_timeout_ms / 1000
         )
 
     def _url(self, pool: PoolSpec, path: str) -> str:
@@ -124,7 +125,8 @@ class Forwarder:
         if len(ranking.order) == 0:
             raise unavailable(ranking, route.model)
         policy = self.state.policy
-        budget = policy.policy.routing.max_attempts
+        routing = policy.policy.routing
+        budget = routing.max_attempts
         last: UpstreamError | None = None
         number = 0
         for i, predicted_ttft_ms, est_cost, per_token in ranking.tried():
@@ -165,7 +167,12 @@ class Forwarder:
                 ranking.slo_ttft_ms,
                 ranking.slo_tpot_ms,
                 span,
-            )
+                first_byte_deadline_s(
+                    routing, stream=parsed.stream, slo_ttft_ms=ranking.slo_ttft_ms,
+                    slo_tpot_ms=ranking.slo_tpot_ms, predicted_ttft_ms=predicted_ttft_ms,
+                    output_tokens=ranking.est_tokens - route.prompt_tokens,
+                ),
+            )  # fmt: skip
             if number > 1:
                 self.metrics.failovers.labels(model=route.model).inc()
             else:
@@ -204,7 +211,7 @@ class Forwarder:
         self, parsed: ParsedRequest, attempt: Attempt, headers: dict[str, str]
     ) -> UpstreamResponse:
         body = parsed.upstream_body(attempt.pool.upstream_model)
-        resp = await self.upstream.post(attempt.url, body, headers, self._timeouts())
+        resp = await self.upstream.post(attempt.url, body, headers, self._timeouts(attempt))
         if resp.status >= 500 or resp.status == 429:
             resp.close()
             raise UpstreamStatusError(
@@ -300,8 +307,7 @@ class Forwarder:
         try:
             # Wait for the first chunk before answering, so that a failure here can
             # still fail over: nothing has reached the client yet.
-            first_byte_s = self.state.policy.policy.routing.first_byte_timeout_ms / 1000
-            async with asyncio.timeout(first_byte_s):
+            async with asyncio.timeout(attempt.first_byte_s):
                 first = await anext(chunks)
             watch.feed(first, time.perf_counter())
             if watch.error is not None:
@@ -319,7 +325,7 @@ class Forwarder:
             err.retryable = True
             self._failed(pool_id, err)
             raise err from exc
-        est_cost = (route.prompt_tokens + (route.max_output_tokens or 0)) * attempt.usd_per_token
+        est_cost = route.est_tokens * attempt.usd_per_token if route.est_tokens else 0.0
         body_iter = self._relay(first, chunks, resp, watch, attempt, route, started, ctx)
         return StreamingResponse(
             body_iter,

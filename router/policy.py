@@ -224,6 +224,12 @@ class RoutingSettings(_Strict):
     retry_budget_min: int = Field(default=10, ge=0)
     retry_budget_window_s: float = Field(default=10.0, gt=0)
     connect_timeout_ms: float = Field(default=1000, gt=0)
+    # An attempt waits for its first byte this multiple of the SLO's own scale (the TTFT
+    # target or the pool's predicted TTFT, whichever is larger; non-streaming requests
+    # add their output tokens x the TPOT target), never less than the floor, and a
+    # streamed one never more than first_byte_timeout_ms (gateway.deadlines).
+    deadline_factor: float = Field(default=2.0, ge=1)
+    deadline_floor_ms: float = Field(default=1000, gt=0)
     first_byte_timeout_ms: float = Field(default=60000, gt=0)
     idle_timeout_ms: float = Field(default=30000, gt=0)
     default_client_region: str

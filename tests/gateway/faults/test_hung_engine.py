@@ -1,0 +1,71 @@
+"""An engine that hangs (SIGSTOP) under load: requests routed to it fail over after an
+SLO-derived deadline (about 2 x the 800 ms TTFT target), not after a 60 s constant, and
+no client sees a failure. A long non-streaming request still completes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import yaml
+
+from tests.figures import report
+from tests.gateway.conftest import Fleet
+from tests.gateway.faults.conftest import CHAT_BODY
+from tests.gateway.harness import API_KEY, Gateway, unique_prefix, write_policy
+
+
+def _timed(client: httpx.Client, url: str, stream: bool) -> tuple[float, int, bytes]:
+    started = time.monotonic()
+    with client.stream("POST", url, json={**CHAT_BODY, "stream": stream}) as reply:
+        body = reply.read()
+    return time.monotonic() - started, reply.status_code, body
+
+
+def test_a_hung_engine_costs_a_client_one_deadline_and_no_failure(
+    fast_fleet: Fleet, redis_url: str
+) -> None:
+    gw = Gateway(fast_fleet.policy_path, redis_url, unique_prefix()).start()
+    cheap = fast_fleet.engines["cheap"]
+    assert cheap.proc is not None
+    url = f"{gw.base}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    try:
+        with httpx.Client(headers=headers, timeout=90) as client:
+            assert _timed(client, url, stream=False)[1] == 200  # warm: the cheap pool serves
+            # The cheapest pool's engine hangs: requests go there until it is ejected.
+            os.kill(cheap.proc.pid, signal.SIGSTOP)
+            for stream in (False, True, False, True):
+                waited, status, body = _timed(client, url, stream)
+                report(f"hung engine ({'stream' if stream else 'unary'}): {status} "
+                       f"after {waited:.2f}s (deadline ~1.6-1.9s + one failover)")  # fmt: skip
+                assert status == 200 and (not stream or b"data: [DONE]" in body)
+                # Under the old 60 s first-byte constant this waited a minute.
+                assert waited < 10.0
+    finally:
+        os.kill(cheap.proc.pid, signal.SIGCONT)
+        gw.stop()
+
+
+def test_a_long_valid_request_is_never_a_pool_failure(fast_fleet: Fleet, redis_url: str) -> None:
+    # A first-byte cap far below the ~6 s this answer takes: a non-streaming answer
+    # comes whole after its last token, so its deadline scales with the tokens asked
+    # for and the cap (for streams) does not apply.
+    doc = yaml.safe_load(fast_fleet.policy_path.read_text())
+    doc["routing"]["first_byte_timeout_ms"] = 2000
+    write_policy(fast_fleet.policy_path, doc)
+    gw = Gateway(fast_fleet.policy_path, redis_url, unique_prefix()).start()
+    try:
+        reply = httpx.post(
+            f"{gw.base}/v1/chat/completions",
+            json={**CHAT_BODY, "max_tokens": 200, "min_tokens": 200},
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            timeout=120,
+        )
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 200
+        assert reply.headers["x-skyroute-attempts"] == "1"
+    finally:
+        gw.stop()
