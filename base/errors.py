@@ -23,6 +23,7 @@ import it.
     │   ├── UpstreamConnectError    could not connect (retryable)
     │   ├── UpstreamTimeout         no first byte in time (retryable)
     │   ├── UpstreamStatusError     5xx or 429 before the first byte (retryable)
+    │   ├── UpstreamInvalidAnswer   a 200 that is not an OpenAI answer (retryable)
     │   └── UpstreamStreamError     failed after bytes reached the client (never retried)
     ├── TableError                  the live tables in Redis could not be read or written
     ├── SimulationError             bad simulator input (simulator.errors)
@@ -149,6 +150,11 @@ class UpstreamStatusError(UpstreamError):
     def __init__(self, message: str, *, pool_id: str = "", status: int = 502) -> None:
         super().__init__(message, pool_id=pool_id)
         self.upstream_status = status
+
+
+class UpstreamInvalidAnswer(UpstreamError):
+    """The endpoint answered 200 with something that is not an OpenAI answer (an HTML
+    page from a load balancer, a truncated or non-object JSON body)."""
 
 
 class UpstreamStreamError(UpstreamError):

@@ -19,6 +19,7 @@ from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
 from base.errors import (
     RoutingError,
     UpstreamError,
+    UpstreamInvalidAnswer,
     UpstreamStatusError,
     UpstreamStreamError,
     UpstreamTimeout,
@@ -31,7 +32,7 @@ from gateway.openai_request import ParsedRequest
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
 from gateway.tracing import NOOP, ChildSpan
-from gateway.upstream_answers import response_usage, unavailable
+from gateway.upstream_answers import checked_usage, unavailable
 from gateway.usage import UsageLog
 from live.access_table import UsageRecord
 from live.demand_table import DemandRecord
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 _JSON = "application/json"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# What the first line of a server-sent-event stream may start with.
+_SSE_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
 
 
 class Forwarder:
@@ -249,7 +252,11 @@ class Forwarder:
             return Response(
                 body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
             )
-        prompt, completion, model = response_usage(body)
+        try:
+            prompt, completion, model = checked_usage(body, parsed.operation, pool_id)
+        except UpstreamError as exc:
+            self._failed(pool_id, exc)
+            raise
         prompt_tokens = prompt if prompt is not None else route.prompt_tokens
         tokens = prompt_tokens + (completion or 0)
         tpot = None
@@ -314,6 +321,11 @@ class Forwarder:
                 raise UpstreamStreamError(
                     f"pool {pool_id} sent an error event: {watch.error}", pool_id=pool_id
                 )
+            if not first.lstrip().startswith(_SSE_FIELDS):
+                raise UpstreamInvalidAnswer(
+                    f"pool {pool_id} answered 200 with a stream that is not server-sent events",
+                    pool_id=pool_id,
+                )
         except (UpstreamError, StopAsyncIteration, TimeoutError) as exc:
             resp.close()
             self.state.release(pool_id)
@@ -356,6 +368,12 @@ class Forwarder:
             if watch.error is not None:
                 status = "stream_error"
                 self._failed(pool_id, UpstreamStreamError(watch.error, pool_id=pool_id))
+            elif not watch.done:
+                # Bytes reached the client, so no failover: end the stream with an error
+                # event the client reports, and count it against the pool.
+                status = "stream_incomplete"
+                self._failed(pool_id, UpstreamStreamError("stream ended without [DONE]"))
+                yield error_event(f"pool {pool_id}: the stream ended before it was complete")
         except UpstreamError as exc:
             status = "stream_error"
             self._failed(pool_id, exc)

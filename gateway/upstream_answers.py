@@ -4,23 +4,48 @@ from __future__ import annotations
 
 import orjson
 
-from base.errors import NoFeasiblePool, RoutingError
+from base.errors import NoFeasiblePool, RoutingError, UpstreamInvalidAnswer
+from gateway.openai_request import Operation
 from router.scoring import Ranking
 
+# The list an answer of each operation must carry (OpenAI's response objects).
+_RESULTS = {Operation.CHAT: "choices", Operation.COMPLETION: "choices", Operation.EMBEDDING: "data"}
 
-def response_usage(body: bytes) -> tuple[int | None, int | None, str | None]:
-    """(prompt tokens, completion tokens, model) from an OpenAI response body."""
+
+def checked_usage(
+    body: bytes, operation: Operation, pool_id: str
+) -> tuple[int | None, int | None, str | None]:
+    """(prompt tokens, completion tokens, model) of a 200 answer, once it is known to be
+    an OpenAI answer: a JSON object with a non-empty ``choices`` (``data`` for
+    embeddings) list of objects. Raises UpstreamInvalidAnswer otherwise (the pool failed,
+    not the client)."""
     try:
         data = orjson.loads(body)
-        usage = data.get("usage") or {}
-        model = data.get("model")
-        return (
-            usage.get("prompt_tokens"),
-            usage.get("completion_tokens"),
-            model if isinstance(model, str) else None,
+    except orjson.JSONDecodeError:
+        raise UpstreamInvalidAnswer(
+            f"pool {pool_id} answered 200 with a body that is not JSON", pool_id=pool_id
+        ) from None
+    results = data.get(_RESULTS[operation]) if isinstance(data, dict) else None
+    if (
+        not isinstance(results, list)
+        or not results
+        or not all(isinstance(r, dict) for r in results)
+    ):
+        raise UpstreamInvalidAnswer(
+            f"pool {pool_id} answered 200 without a {_RESULTS[operation]} list", pool_id=pool_id
         )
-    except (orjson.JSONDecodeError, AttributeError):
-        return None, None, None
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    model = data.get("model")
+    return (
+        _count(usage.get("prompt_tokens")),
+        _count(usage.get("completion_tokens")),
+        model if isinstance(model, str) else None,
+    )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def unavailable(ranking: Ranking, model: str) -> RoutingError:
