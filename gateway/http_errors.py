@@ -29,7 +29,11 @@ from base.errors import (
     RoutingError,
     SkyrouteError,
     TableError,
+    UpstreamConnectError,
     UpstreamError,
+    UpstreamInvalidAnswer,
+    UpstreamStatusError,
+    UpstreamStreamError,
     UpstreamTimeout,
 )
 
@@ -68,10 +72,28 @@ TABLE: Mapping[type[SkyrouteError], HttpError] = {
     SkyrouteError: HttpError(500, "server_error"),
 }
 
-# Messages that must not reach a client as raised (they may name internal hosts).
-_CLIENT_MESSAGES: Mapping[type[SkyrouteError], str] = {
-    TableError: "the live tables are unreachable; retry",
+# What a client reads for errors whose own message may name internal hosts or URLs
+# (engine addresses, Redis): a fixed text, or one naming only the pool.
+_TABLES_DOWN = "the live tables are unreachable; retry"
+_UPSTREAM_TEXT: Mapping[type[UpstreamError], str] = {
+    UpstreamConnectError: "could not connect to the engine",
+    UpstreamTimeout: "the engine did not answer within its deadline",
+    UpstreamStatusError: "the engine answered with a server error",
+    UpstreamInvalidAnswer: "the engine answered with something that is not an OpenAI answer",
+    UpstreamStreamError: "the engine's stream broke",
 }
+
+
+def client_message(exc: SkyrouteError) -> str:
+    """The message a client may read for ``exc``: never an internal URL, host or stack."""
+    if isinstance(exc, TableError):
+        return _TABLES_DOWN
+    if isinstance(exc, UpstreamError):
+        text = next(
+            (t for cls, t in _UPSTREAM_TEXT.items() if isinstance(exc, cls)), "the engine failed"
+        )
+        return f"pool {exc.pool_id}: {text}" if exc.pool_id else text
+    return exc.message if isinstance(exc, RequestError) else str(exc)
 
 
 def http_error(exc: SkyrouteError) -> HttpError:
@@ -120,10 +142,7 @@ def to_response(exc: SkyrouteError, headers: Mapping[str, str] | None = None) ->
     if entry is TABLE[SkyrouteError]:  # no closer row: nothing the client should read
         logger.error("unmapped skyroute error: %s", type(exc).__name__)
         return error_response(500, "internal error", error_type="server_error")
-    message = next(
-        (m for cls, m in _CLIENT_MESSAGES.items() if isinstance(exc, cls)),
-        exc.message if isinstance(exc, RequestError) else str(exc),
-    )
+    message = client_message(exc)
     out_headers = dict(headers or {})
     if isinstance(exc, RateLimited):
         out_headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))

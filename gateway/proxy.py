@@ -27,6 +27,7 @@ from base.errors import (
 from gateway.deadlines import first_byte_deadline_s
 from gateway.decisions import DecisionLog
 from gateway.finish import Attempt, RequestContext, RequestFinisher
+from gateway.http_errors import client_message
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
 from gateway.routing_state import RoutingState
@@ -187,6 +188,7 @@ class Forwarder:
                 span.end()
                 return response
             except UpstreamError as exc:
+                exc.pool_id = exc.pool_id or pool.id
                 span.end(exc)
                 last = exc
                 self.state.outlier.release_trial(pool.id)
@@ -377,7 +379,8 @@ class Forwarder:
         except UpstreamError as exc:
             status = "stream_error"
             self._failed(pool_id, exc)
-            yield error_event(f"upstream pool failed mid-stream: {exc}")
+            exc.pool_id = exc.pool_id or pool_id
+            yield error_event(client_message(exc))
         finally:
             resp.close()
             self.state.release(pool_id)

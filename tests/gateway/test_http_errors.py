@@ -83,10 +83,29 @@ def test_each_error_maps_to_its_status_type_code_and_param(
 
 @pytest.mark.parametrize(
     "exc",
-    [InvalidRequest("field x is wrong"), NoFeasiblePool("no pool meets it"), UpstreamError("e1")],
+    [InvalidRequest("field x is wrong"), NoFeasiblePool("no pool meets it")],
 )
 def test_the_message_is_the_errors_own(exc: SkyrouteError) -> None:
     assert _error(to_response(exc))["message"] == str(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        UpstreamTimeout(
+            "http://10.0.3.7:8000/v1/chat/completions: no response headers within 60.0s"
+        ),
+        UpstreamConnectError("cannot reach http://10.0.3.7:8000/v1/chat/completions: refused"),
+        UpstreamStatusError("pool p answered 503 at http://engine-7.internal:8000", status=503),
+        UpstreamStreamError("engine closed the connection mid-body (10.0.3.7)"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_an_upstream_error_never_shows_the_engines_address(exc: SkyrouteError) -> None:
+    exc.pool_id = "aws:us-east-1:h100"  # type: ignore[attr-defined]
+    message = _error(to_response(exc))["message"]
+    assert "10.0.3.7" not in message and "internal" not in message and "http" not in message
+    assert message.startswith("pool aws:us-east-1:h100: ") and "engine" in message
 
 
 def test_an_unmapped_error_does_not_leak_its_message() -> None:
