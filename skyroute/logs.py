@@ -12,11 +12,22 @@ import sys
 
 import orjson
 
-_SECRET = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|bearer\s+[A-Za-z0-9_\-.=+/~]{8,})", re.IGNORECASE)
+# Shapes of secrets that must never reach a log line, whichever field carries them.
+_SECRETS = (
+    r"sk-[A-Za-z0-9_\-]{8,}",  # OpenAI-style and skyroute API keys
+    r"bearer\s+[A-Za-z0-9_\-.=+/~]{8,}",  # Authorization: Bearer ...
+    r"\b(?:AKIA|ASIA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b",  # AWS access key ids
+    r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*",  # JWTs
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",  # GitHub tokens
+    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",  # Slack tokens
+    r"(?<=api[-_]key)(?:[\"']?\s*[:=]\s*[\"']?)[^\s\"',;&]{8,}",  # api-key: / api_key=
+)
+_SECRET = re.compile("|".join(f"(?:{p})" for p in _SECRETS), re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    """``text`` with key-like substrings replaced by ``[REDACTED]``."""
+    """``text`` with secret-shaped substrings (API keys, bearer tokens, AWS key ids,
+    JWTs, GitHub and Slack tokens, ``api-key`` values) replaced by ``[REDACTED]``."""
     return _SECRET.sub("[REDACTED]", text)
 
 
