@@ -12,26 +12,35 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from base.auth_digest import digest_hex
 from base.errors import InvalidRequest, ModelNotFound
 from gateway.context import Gateway
 from live.access_table import NANO, KeyRecord
-from router.policy import TenantSpec
+from router.policy import Policy, TenantSpec
 
 GROUPS = ("pool", "model", "region", "provider", "total")
 # Year 5138: far enough for any query, near enough for datetime to represent.
 MAX_TIME_S = 1e11
 
 
+MAX_KEY_LIFETIME_S = 10 * 365 * 86_400.0
+
+
 class NewKey(BaseModel):
     """Body of ``POST /admin/keys``."""
 
-    tenant: str = Field(min_length=1)
-    name: str = ""
-    expires_in_s: float | None = Field(default=None, gt=0)
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=128)
+    name: str = Field(default="", max_length=128)
+    # At most ten years, and a finite number (JSON allows neither inf nor nan, but a
+    # huge exponent overflows to inf).
+    expires_in_s: float | None = Field(
+        default=None, gt=0, le=MAX_KEY_LIFETIME_S, allow_inf_nan=False
+    )
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -47,6 +56,25 @@ def _key_view(record: KeyRecord) -> dict[str, Any]:
         "expires_s": record.expires_s or None,
         "revoked": record.revoked,
     }
+
+
+def _check_references(spec: TenantSpec, policy: Policy) -> None:
+    """A tenant may only name what the running policy has, as strictly as the policy
+    loader checks its own tenants. Raises ModelNotFound or InvalidRequest."""
+    unknown = [m for m in spec.allowed_models if m != "*" and m not in policy.models]
+    if unknown:
+        raise ModelNotFound(unknown[0])
+    if spec.default_slo is not None and spec.default_slo not in policy.slo_classes:
+        raise InvalidRequest(f"unknown SLO class {spec.default_slo!r}", param="default_slo")
+    if spec.client_region is not None and spec.client_region not in policy.client_regions:
+        raise InvalidRequest(f"unknown client region {spec.client_region!r}", param="client_region")
+    locations = {p.location for p in policy.pools}
+    unknown_regions = sorted(set(spec.allowed_regions or []) - locations)
+    if unknown_regions:
+        raise InvalidRequest(
+            f"no pool in {unknown_regions}; pool locations: {sorted(locations)}",
+            param="allowed_regions",
+        )
 
 
 def tenants_router(gw: Gateway) -> APIRouter:
@@ -72,11 +100,7 @@ def tenants_router(gw: Gateway) -> APIRouter:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"]) or None
             raise InvalidRequest(f"invalid tenant: {first['msg']}", param=param) from exc
-        unknown = [
-            m for m in spec.allowed_models if m != "*" and m not in gw.state.policy.policy.models
-        ]
-        if unknown:
-            raise ModelNotFound(unknown[0])
+        _check_references(spec, gw.state.policy.policy)
         await gw.access.tables.put_tenant(name, spec)
         await gw.access.refresh()
         return _json({"tenant": name, **spec.model_dump()})
