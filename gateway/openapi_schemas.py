@@ -120,6 +120,23 @@ def paths() -> dict[str, Any]:
                 "responses": {"200": models_ok, "401": _ERRORS["401"]},
             }
         },
+        "/v1/models/{model}": {
+            "get": {
+                "summary": "Retrieve a model",
+                "security": _SECURITY,
+                "parameters": [
+                    {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The model, if the caller may use it",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "401": _ERRORS["401"],
+                    "404": _ERRORS["404"],
+                },
+            }
+        },
     }
 
 

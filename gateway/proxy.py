@@ -33,7 +33,7 @@ from gateway.openai_request import ParsedRequest
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch, error_event
 from gateway.tracing import NOOP, ChildSpan
-from gateway.upstream_answers import checked_usage, unavailable
+from gateway.upstream_answers import ModelRenamer, checked_usage, unavailable
 from gateway.usage import UsageLog
 from live.access_table import UsageRecord
 from live.demand_table import DemandRecord
@@ -281,6 +281,7 @@ class Forwarder:
             tpot_ms=tpot,
             response_model=model,
         )
+        body = ModelRenamer(attempt.pool.upstream_model, route.model)(body)
         return Response(body, media_type=_JSON, headers=self._headers(attempt, cost))
 
     async def _stream(
@@ -361,11 +362,12 @@ class Forwarder:
         pool_id = attempt.pool.id
         status = "200"
         completed = False
+        rename = ModelRenamer(attempt.pool.upstream_model, route.model)
         try:
-            yield first
+            yield rename(first)
             async for chunk in chunks:
                 watch.feed(chunk, time.perf_counter())
-                yield chunk
+                yield rename(chunk)
             completed = True
             if watch.error is not None:
                 status = "stream_error"

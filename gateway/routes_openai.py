@@ -205,7 +205,7 @@ def openai_routes(gw: Gateway) -> list[Route]:
         check_headers(request, gw.settings.max_header_bytes)
         caller = await gw.access.admit(bearer_digest(request.headers.get("authorization")), 0)
         data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "skyroute"}
+            _model_card(name)
             for name in gw.state.policy.policy.models
             if caller.spec.allows_model(name)
         ]
@@ -213,9 +213,22 @@ def openai_routes(gw: Gateway) -> list[Route]:
             orjson.dumps({"object": "list", "data": data}), media_type="application/json"
         )
 
+    async def model(request: Request) -> Response:
+        check_headers(request, gw.settings.max_header_bytes)
+        caller = await gw.access.admit(bearer_digest(request.headers.get("authorization")), 0)
+        name = request.path_params["model"]
+        if name not in gw.state.policy.policy.models or not caller.spec.allows_model(name):
+            raise ModelNotFound(name)  # a model the caller may not use does not exist for it
+        return Response(orjson.dumps(_model_card(name)), media_type="application/json")
+
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model, methods=["GET"]),
     ]
+
+
+def _model_card(name: str) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "skyroute"}

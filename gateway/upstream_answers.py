@@ -55,3 +55,25 @@ def unavailable(ranking: Ranking, model: str) -> RoutingError:
     if ranking.eligible.any():
         return NoFeasiblePool(f"no pool can meet the SLO for model {model!r}: {detail}")
     return RoutingError(f"no pool is available for model {model!r}: {detail}")
+
+
+class ModelRenamer:
+    """Rewrites ``"model": "<upstream name>"`` to the name the client asked for, in a body
+    or in each streamed chunk, as bytes (no re-serialisation). Engines serve a pool's
+    ``upstream_model``; clients must see the model they asked for."""
+
+    __slots__ = ("_pairs",)
+
+    def __init__(self, upstream: str, client: str) -> None:
+        up, to = orjson.dumps(upstream), orjson.dumps(client)
+        self._pairs = (
+            ()
+            if upstream == client
+            else ((b'"model":' + up, b'"model":' + to), (b'"model": ' + up, b'"model": ' + to))
+        )
+
+    def __call__(self, data: bytes) -> bytes:
+        for old, new in self._pairs:
+            if old in data:
+                data = data.replace(old, new)
+        return data

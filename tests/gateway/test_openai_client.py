@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import openai
+import pytest
 
 from tests.gateway.conftest import CHAT, EMBED
 
@@ -59,3 +60,21 @@ def test_embeddings_are_routed_to_the_embedding_pool(client: openai.OpenAI) -> N
 
 def test_models_list_names_every_policy_model(client: openai.OpenAI) -> None:
     assert {m.id for m in client.models.list()} == {CHAT, EMBED}
+
+
+def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_404(client: openai.OpenAI) -> None:
+    assert client.models.retrieve(CHAT).id == CHAT
+    with pytest.raises(openai.NotFoundError) as info:
+        client.models.retrieve("gpt-9")
+    assert info.value.body["code"] == "model_not_found"  # type: ignore[index]
+
+
+def test_the_answer_names_the_model_the_client_asked_for(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert reply.model == CHAT  # the engine serves it as its upstream name
+    chunks = list(client.chat.completions.create(
+        model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=True
+    ))  # fmt: skip
+    assert chunks and {c.model for c in chunks} == {CHAT}

@@ -39,6 +39,7 @@ OPERATIONS = [
     ("POST", "/v1/completions"),
     ("POST", "/v1/embeddings"),
     ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model}"),
     ("POST", "/admin/policy/reload"),
     ("GET", "/admin/pools"),
     ("GET", "/admin/dashboard/data"),
