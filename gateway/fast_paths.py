@@ -11,14 +11,16 @@ every other path) goes through FastAPI unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from fastapi import FastAPI
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from base.errors import SkyrouteError
 from gateway import http_errors
@@ -38,17 +40,57 @@ def endpoint(handler: Handler) -> ASGIApp:
     """
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive, send)
+        body_read = asyncio.Event()
+        gone = asyncio.Event()
+
+        async def tracked_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+            elif not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        request = Request(scope, tracked_receive, send)
+        current = asyncio.current_task()
+        watcher = asyncio.create_task(_watch_disconnect(receive, body_read, gone, current))
         try:
             response = await handler(request)
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise  # a shutdown, not the client
+            _log_gone(request)
+            return
+        except ClientDisconnect:
+            _log_gone(request)
+            return
         except SkyrouteError as exc:
             response = http_errors.to_response(exc)
         except Exception:
             logger.exception("unhandled error")
             response = http_errors.error_response(500, "internal error", error_type="server_error")
+        finally:
+            watcher.cancel()
         await response(scope, receive, send)
 
     return app
+
+
+async def _watch_disconnect(
+    receive: Receive, body_read: asyncio.Event, gone: asyncio.Event, task: asyncio.Task[Any] | None
+) -> None:
+    """Once the body is read, wait for the client to go away and cancel the request's
+    task: its upstream attempt is closed (the engine stops generating) and it is never
+    failed over. A streamed answer's relay watches for this itself once it starts."""
+    await body_read.wait()
+    message = await receive()
+    if message["type"] == "http.disconnect" and task is not None:
+        gone.set()
+        task.cancel()
+
+
+def _log_gone(request: Request) -> None:
+    logger.info("client disconnected before the answer: %s %s", request.method, request.url.path)
 
 
 class GatewayApp(FastAPI):

@@ -97,6 +97,11 @@ class Forwarder:
             status = "no_pool" if isinstance(exc, RoutingError) else "upstream_error"
             self.finisher.finish(ctx, route, None, 0, 0, 0.0, status)
             raise
+        except asyncio.CancelledError:
+            # The client went away (gateway.fast_paths): the attempt was closed, nothing
+            # is failed over, and the request still gets its one record.
+            self.finisher.finish(ctx, route, None, 0, 0, 0.0, "client_disconnected")
+            raise
 
     async def _forward(
         self,
