@@ -6,11 +6,15 @@ Either one ejects the pool locally at once (this replica stops sending it work w
 waiting for Redis) and queues an EJECT event for the shared health state machine
 (``gateway.health``), which makes every replica follow.
 
-The local ejection doubles its backoff on each ejection in a row. When it ends the pool
-is half-open here: one trial request at a time; a success lifts the local block, a
-failure blocks it again for longer. While Redis is reachable the shared state decides
-readmission (by active probes); the local half-open path is what keeps a replica sane
-when Redis is not.
+Ejections are counted per incident, not per failure: requests already in flight when a
+pool is ejected fail too, and they neither eject it again nor lengthen its backoff. The
+backoff doubles per relapse: a failed half-open trial, or a new ejection soon after a
+readmission (within ``max(ramp_s, probe_interval_s)``, as the shared state machine
+counts relapses); a pool that stayed healthy that long starts again from the base.
+When the backoff ends the pool is half-open here: one trial request at a time; a
+success lifts the local block. While Redis is reachable the shared state decides
+readmission (by active probes) and a local block never outlives it (``shared_readmitted``);
+the local half-open path is what keeps a replica sane when Redis is not.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from router.policy import HealthSettings, OutlierSettings
 class _PoolHealth:
     failures: int = 0
     ejections: int = 0
+    ejected_at: float = 0.0
     ejected_until: float = 0.0
+    readmitted_at: float = 0.0
     trial_running: bool = False
     # (second, ok, errors) buckets over the error-rate window.
     window: deque[list[int]] = field(default_factory=deque)
@@ -82,9 +88,25 @@ class OutlierDetector:
         health.failures = 0
         self._count(health, now, ok=True)
         if pool_id in self._ejected and (health.trial_running or now >= health.ejected_until):
-            self._ejected.discard(pool_id)
-            health.ejections = 0
-            health.trial_running = False
+            self._readmit(pool_id, health, now)
+
+    def _readmit(self, pool_id: str, health: _PoolHealth, now: float) -> None:
+        # The ejection count stays: a relapse soon after this doubles the next backoff.
+        self._ejected.discard(pool_id)
+        health.trial_running = False
+        health.failures = 0
+        health.readmitted_at = now
+
+    def shared_readmitted(self, pool_id: str, readmitted_s: float, now: float) -> None:
+        """The shared state readmitted ``pool_id`` at ``readmitted_s`` (unix s): a local
+        block from before that is lifted, so it never outlives the readmission."""
+        health = self._pools.get(pool_id)
+        if pool_id in self._ejected and health is not None and readmitted_s > health.ejected_at:
+            self._readmit(pool_id, health, now)
+
+    def ejected_ids(self) -> frozenset[str]:
+        """Pools this replica has blocked (their backoff may be over: half-open)."""
+        return frozenset(self._ejected)
 
     def on_failure(self, pool_id: str, now: float, reason: str) -> bool:
         """Record a failed attempt. Returns True if this failure ejected the pool."""
@@ -92,6 +114,9 @@ class OutlierDetector:
         health.failures += 1
         ok, errors = self._count(health, now, ok=False)
         half_open_failed = pool_id in self._ejected and health.trial_running
+        if pool_id in self._ejected and not half_open_failed:
+            # The incident that ejected it (requests already in flight): counted, no more.
+            return False
         rate_tripped = (
             ok + errors >= self.health.error_rate_min_requests
             and errors / (ok + errors) >= self.health.error_rate_threshold
@@ -104,10 +129,14 @@ class OutlierDetector:
             why = f"error rate {errors}/{ok + errors} over {self.health.error_rate_window_s:.0f}s"
         else:
             return False
+        settle_s = max(self.health.ramp_s, self.health.probe_interval_s)
+        if not half_open_failed and now - health.readmitted_at >= settle_s:
+            health.ejections = 0  # healthy long enough since the last readmission
         backoff = min(
             self.settings.base_ejection_s * 2**health.ejections, self.settings.max_ejection_s
         )
         health.ejections += 1
+        health.ejected_at = now
         health.failures = 0
         health.trial_running = False
         health.ejected_until = now + backoff

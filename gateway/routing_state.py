@@ -17,6 +17,7 @@ from gateway.outlier import OutlierDetector
 from gateway.retry_budget import RetryBudget
 from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
+from router.health import PoolState
 from router.scoring import Ranking, RouteRequest, rank
 from router.snapshot import PoolRow, Snapshot
 
@@ -58,8 +59,13 @@ class RoutingState:
         self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
 
     def swap_snapshot(self, rows: dict[str, PoolRow], taken_at_s: float) -> None:
-        """Replace the snapshot with freshly read rows."""
+        """Replace the snapshot with freshly read rows; a pool the shared state has
+        readmitted since this replica blocked it is unblocked here too."""
         self.snapshot = Snapshot.build(self.policy, rows, taken_at_s)
+        for pid in self.outlier.ejected_ids():
+            row = rows.get(pid)
+            if row is not None and row.state is PoolState.HEALTHY and row.health.readmitted_s:
+                self.outlier.shared_readmitted(pid, row.health.readmitted_s, taken_at_s)
 
     # -- the request path ---------------------------------------------------------------
     def rank(self, request: RouteRequest, now: float) -> Ranking:

@@ -208,7 +208,22 @@ def test_backoff_doubling_is_capped_at_max_ejection(detector: OutlierDetector) -
     assert _blocked_until(detector, until)
 
 
-def test_trial_success_resets_the_backoff(detector: OutlierDetector) -> None:
+def _settle(detector: OutlierDetector) -> float:
+    return max(detector.health.ramp_s, detector.health.probe_interval_s)
+
+
+def test_a_relapse_soon_after_readmission_doubles_the_backoff(detector: OutlierDetector) -> None:
+    _eject(detector)
+    now = T0 + BASE
+    detector.allows(POOL, now)
+    detector.on_success(POOL, now)  # readmitted by its trial
+    _eject(detector, now + 1)  # fails again at once: a relapse
+    assert _blocked_until(detector, now + 1 + 2 * BASE)
+
+
+def test_a_pool_healthy_through_its_settle_time_starts_from_the_base_backoff(
+    detector: OutlierDetector,
+) -> None:
     _eject(detector)
     now = T0 + BASE
     detector.allows(POOL, now)
@@ -216,8 +231,28 @@ def test_trial_success_resets_the_backoff(detector: OutlierDetector) -> None:
     now += 2 * BASE
     detector.allows(POOL, now)
     detector.on_success(POOL, now)
-    _eject(detector, now)
-    assert _blocked_until(detector, now + BASE)
+    later = now + _settle(detector)
+    _eject(detector, later)
+    assert _blocked_until(detector, later + BASE)
+
+
+def test_failures_of_requests_in_flight_at_the_ejection_do_not_eject_again(
+    detector: OutlierDetector,
+) -> None:
+    _eject(detector)  # 3 failures: ejected for BASE
+    # Nine more requests that were already in flight fail over the next second.
+    ejected_again = [detector.on_failure(POOL, T0 + 0.1 * i, "boom") for i in range(9)]
+    assert not any(ejected_again)
+    assert _blocked_until(detector, T0 + BASE)  # not 40 s
+    assert list(detector.take_ejections()) == [POOL]  # one EJECT event for the incident
+
+
+def test_a_local_block_never_outlives_the_shared_readmission(detector: OutlierDetector) -> None:
+    _eject(detector)
+    detector.shared_readmitted(POOL, readmitted_s=T0 - 1, now=T0 + 1)  # an older readmission
+    assert POOL in detector.blocked(T0 + 1)
+    detector.shared_readmitted(POOL, readmitted_s=T0 + 2, now=T0 + 2)
+    assert POOL not in detector.blocked(T0 + 2) and detector.allows(POOL, T0 + 2)
 
 
 def test_release_trial_frees_the_slot(detector: OutlierDetector) -> None:

@@ -8,8 +8,10 @@ import yaml
 
 from gateway.routing_state import RoutingState
 from router.compiled import CompiledPolicy, compile_policy
+from router.health import HealthRecord
 from router.policy_loader import parse_policy
 from router.scoring import Ranking, RouteRequest
+from router.snapshot import PoolRow
 
 A = "aws:us-east-1:a"
 B = "gcp:us-central1:b"
@@ -252,3 +254,14 @@ def test_a_reload_applies_the_new_outlier_thresholds() -> None:
     state = RoutingState(_policy(A, B, failures=5))
     state.swap_policy(_policy(A, B, failures=1))
     assert state.outlier.settings.consecutive_failures == 1
+
+
+def test_a_local_block_ends_when_the_shared_state_readmits_the_pool() -> None:
+    state = RoutingState(_policy(A, B, failures=1))
+    state.outlier.on_failure(A, NOW, "boom")
+    assert A in state.outlier.blocked(NOW + 1)
+    readmitted = PoolRow(health=HealthRecord(readmitted_s=NOW + 1))
+
+    state.swap_snapshot({A: readmitted}, taken_at_s=NOW + 1)
+
+    assert A not in state.outlier.blocked(NOW + 1)
