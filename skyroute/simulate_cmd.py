@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -115,7 +117,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="integer bound: replicas are whole per block of this many s (shorter: tighter, "
         "slower); 0 skips the integer bound",
     )
-    p.add_argument("--out", default="sim-out", help="directory for result.json and plots")
+    p.add_argument(
+        "--out",
+        help="directory for table.md, result.json and the plots "
+        "(default: a new skyroute-sim-<time> directory in the system's temp dir)",
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
@@ -173,7 +179,12 @@ def run(args: argparse.Namespace) -> int:
     )
     if bar:
         bar.close()
-    out = Path(args.out)
+    # Never into the working directory unasked: a run gets a directory of its own.
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(tempfile.mkdtemp(prefix=time.strftime("skyroute-sim-%Y%m%d-%H%M%S-")))
+    )
     out.mkdir(parents=True, exist_ok=True)
     scenario = {
         "trace": str(args.trace),

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from simulator.errors import SimulationError
-from skyroute.simulate_cmd import parse_weights
-from tests.simulator.conftest import simulate_cli
+from skyroute.simulate_cmd import parse_weights, register
+from tests.simulator.conftest import AZURE_HEAD, simulate_cli
 
 
 def test_simulate_prints_the_table_and_writes_the_result(tmp_path, capsys) -> None:
@@ -48,3 +52,26 @@ def test_a_static_fleet_bills_every_policy_the_same(tmp_path) -> None:
     costs = {run["summary"]["provisioned_usd"] for run in doc["policies"]}
     assert doc["scenario"]["scaler"] == "static"
     assert len(costs) == 1 and costs.pop() > 0
+
+
+def test_without_out_the_results_go_to_a_new_temp_directory_not_the_working_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    tempfile.tempdir = None  # re-read TMPDIR
+    try:
+        parser = argparse.ArgumentParser(prog="skyroute")
+        register(parser.add_subparsers(dest="command", required=True))
+        parsed = parser.parse_args([
+            "simulate", "--trace", str(AZURE_HEAD), "--scale-fleet", "1/64", "--warmup-s", "20",
+            "--no-plots", "--no-progress", "--policies", "round-robin",
+        ])  # fmt: skip
+        assert parsed.func(parsed) == 0
+    finally:
+        tempfile.tempdir = None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]  # nothing in the cwd
+    (run,) = (tmp_path / "tmp").iterdir()
+    assert run.name.startswith("skyroute-sim-") and (run / "result.json").exists()
+    assert f"wrote {run}/result.json" in capsys.readouterr().out
