@@ -27,6 +27,9 @@ from gateway import http_errors
 
 logger = logging.getLogger(__name__)
 
+# A request still running after this long starts watching for its client's disconnect.
+_WATCH_AFTER_S = 0.05
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -53,7 +56,15 @@ def endpoint(handler: Handler) -> ASGIApp:
 
         request = Request(scope, tracked_receive, send)
         current = asyncio.current_task()
-        watcher = asyncio.create_task(_watch_disconnect(receive, body_read, gone, current))
+        loop = asyncio.get_running_loop()
+        watcher: list[asyncio.Task[None]] = []
+
+        def watch() -> None:
+            watcher.append(loop.create_task(_watch_disconnect(receive, body_read, gone, current)))
+
+        # Most answers are done before a watcher could matter; a timer is nearly free
+        # where a task per request is not, so the watch starts only on slower ones.
+        timer = loop.call_later(_WATCH_AFTER_S, watch)
         try:
             response = await handler(request)
         except asyncio.CancelledError:
@@ -70,7 +81,9 @@ def endpoint(handler: Handler) -> ASGIApp:
             logger.exception("unhandled error")
             response = http_errors.error_response(500, "internal error", error_type="server_error")
         finally:
-            watcher.cancel()
+            timer.cancel()
+            for task in watcher:
+                task.cancel()
         await response(scope, receive, send)
 
     return app
