@@ -14,6 +14,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from base.errors import CommandError
 from skyroute import logs
 
 if TYPE_CHECKING:
@@ -26,10 +27,14 @@ FEED_NAMES = ("aws", "azure", "gcp", "static")
 
 def _settings(args: argparse.Namespace) -> PriceFeedSettings:
     from pricing.settings import PriceFeedSettings  # noqa: PLC0415 - keep start-up light
+    from skyroute.context import policy_path, redis_target  # noqa: PLC0415
 
+    # The environment, else the CLI context (a running demo's Redis and policy).
     overrides: dict[str, Any] = {}
-    if getattr(args, "policy", None):
-        overrides["policy"] = args.policy
+    url, prefix = redis_target()
+    overrides.update({k: v for k, v in (("redis_url", url), ("redis_prefix", prefix)) if v})
+    with contextlib.suppress(CommandError):  # else the settings' own default, policy.yaml
+        overrides["policy"] = policy_path(getattr(args, "policy", None))
     if getattr(args, "feed", None):
         overrides["price_feeds"] = ",".join(args.feed)
     return PriceFeedSettings(**overrides)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,7 @@ def test_demo_serves_openai_requests_across_the_fleet_and_stops_cleanly(tmp_path
         )  # fmt: skip
         assert pools.returncode == 0, pools.stderr
         assert "aws:us-east-1" in pools.stdout
+        _every_subcommand_works_from_the_context(env | {"SKYROUTE_PORT": "1"}, context_file)
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
@@ -58,3 +60,31 @@ def test_demo_serves_openai_requests_across_the_fleet_and_stops_cleanly(tmp_path
     assert KEY in output  # printed once for the operator to copy
     assert f"curl -s http://127.0.0.1:{port}/v1/chat/completions" in output
     assert not context_file.exists()  # a stopped demo leaves no context pointing at it
+
+
+def _every_subcommand_works_from_the_context(env: dict[str, str], context_file: Path) -> None:
+    """Each operator subcommand, with nothing but the demo's context: exit 0, no traceback."""
+    pool = "aws:us-east-1:h100-llama70b"
+    policy = json.loads(context_file.read_text())["policy"]
+    commands = [
+        ["pools", "--output", "json"],
+        ["tenants"],
+        ["tenants", "create", "smoke-tenant", "--rpm", "60"],
+        ["tenants", "update", "smoke-tenant", "--tpm", "6000"],
+        ["keys", "create", "--tenant", "smoke-tenant"],
+        ["keys", "list", "--tenant", "smoke-tenant"],
+        ["usage", "--tenant", "default", "--output", "json"],
+        ["explain", "--model", "llama-3.1-8b", "--prompt-tokens", "100"],
+        ["prices", "show"],
+        ["pool", "drain", pool],
+        ["pool", "uncordon", pool],
+        ["tenants", "delete", "smoke-tenant"],
+        ["policy", "check", policy],
+    ]
+    for command in commands:
+        result = subprocess.run(
+            [sys.executable, "-c", "from skyroute.cli import main; main()", *command],
+            env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, (command, result.stderr)
+        assert "Traceback" not in result.stderr, command
