@@ -59,7 +59,7 @@ class PolicySource:
         text = _read(path)
         self.policy = parse_policy(text, str(path))
         self._digest = hashlib.sha256(text.encode()).digest()
-        self._stat = self._stat_now()
+        self._stat = self._seen = self._stat_now()
         self.version = 1
         self.last_error: str | None = None
         self._subscribers: list[Subscriber] = []
@@ -80,8 +80,9 @@ class PolicySource:
         return self._apply(*await asyncio.to_thread(self._load))
 
     def poll(self) -> bool:
-        """Reload if the file's size or mtime moved since the last look. True if a new
-        version was applied; a refused file is logged (see ``reload``), never raised."""
+        """Reload if the file's size or mtime moved and then held still for one more
+        look (a write in progress is not read). True if a new version was applied; a
+        refused file is logged (see ``reload``), never raised."""
         if not self._moved(self._stat_now()):
             return False
         with contextlib.suppress(PolicyError):
@@ -106,7 +107,11 @@ class PolicySource:
                 await self.poll_async()
 
     def _moved(self, stat: tuple[int, int]) -> bool:
-        return stat not in (self._stat, (0, 0))
+        # A change counts once two looks in a row see the same size and mtime: a file
+        # being written (truncated, then filled in pieces) is not read half-way.
+        settled = stat == self._seen
+        self._seen = stat
+        return settled and stat not in (self._stat, (0, 0))
 
     def _load(self) -> tuple[tuple[int, int], bytes, Policy | None, PolicyError | None]:
         # I/O and parsing only: safe in a worker thread (it changes no state).

@@ -124,16 +124,31 @@ def test_a_valid_reload_after_a_refused_one_clears_the_error(
     assert (source.version, source.last_error) == (2, None)
 
 
-def test_poll_applies_a_moved_file_and_logs_a_refused_one(
+def test_poll_applies_a_moved_file_once_it_holds_still_and_logs_a_refused_one(
     source: PolicySource, policy_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert source.poll() is False  # nothing moved
     _rewrite(policy_file, INVALID)
+    assert source.poll() is False  # moved: it may still be being written
     with caplog.at_level(logging.ERROR, logger="live.policy_file"):
-        assert source.poll() is False
+        assert source.poll() is False  # held still: read, and refused
     assert "policy reload refused" in caplog.text
     _rewrite(policy_file, CHANGED)
+    assert source.poll() is False
     assert source.poll() is True and source.version == 2
+
+
+def test_a_file_still_being_written_is_not_read_half_way(
+    source: PolicySource, policy_file: Path, seen: Seen
+) -> None:
+    half = CHANGED[: len(CHANGED) // 2]
+    _rewrite(policy_file, half)  # the first part of a write
+    assert source.poll() is False
+    _rewrite(policy_file, CHANGED)  # the rest: size and mtime moved again
+    assert source.poll() is False  # still moving
+    assert source.poll() is True  # held still: the whole file
+    assert source.version == 2 and seen.policies[-1].routing.near_tie == 0.1
+    assert source.last_error is None
 
 
 def test_a_failing_subscriber_is_logged_and_the_others_still_run(

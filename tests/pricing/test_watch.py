@@ -156,7 +156,8 @@ def test_changed_policy_file_is_picked_up(redis_url: str, prefix: str, tmp_path:
             doc["pricing"]["refresh_interval_s"] = 60.0
             path.write_text(yaml.safe_dump(doc))
             _touch_later(path)
-            await w.tick()
+            await w.tick()  # sees the file move
+            await w.tick()  # sees it hold still: applies it
             return w.refresher.policy.pricing.refresh_interval_s, w.schedule.interval_s
 
     assert run(scenario()) == (60.0, 60.0)
@@ -174,6 +175,7 @@ def test_invalid_policy_file_is_refused_and_the_running_one_stays(
             path.write_text("pools: [")
             _touch_later(path)
             await w.tick()
+            await w.tick()  # read once it holds still, and refused
             return w.refresher.policy
 
     assert run(scenario()) is POLICY
