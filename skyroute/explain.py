@@ -4,7 +4,6 @@ against the live tables (or the policy's defaults when no Redis URL is set)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 
 from redis.asyncio import Redis
@@ -13,6 +12,7 @@ from live.tables import LiveTables
 from router.compiled import CompiledPolicy
 from router.scoring import Ranking, RouteRequest, rank
 from router.snapshot import Snapshot
+from skyroute.columns import cell
 
 
 async def live_snapshot(policy: CompiledPolicy, redis_url: str, prefix: str) -> Snapshot:
@@ -26,11 +26,6 @@ async def live_snapshot(policy: CompiledPolicy, redis_url: str, prefix: str) -> 
         return Snapshot.build(policy, rows, now)
     finally:
         await redis.aclose()
-
-
-def _fmt(value: float, spec: str) -> str:
-    """``value`` by ``spec`` (which starts with its width); not finite: ``-`` in that width."""
-    return format(value, spec) if math.isfinite(value) else "-".rjust(int(spec.partition(".")[0]))
 
 
 def render(ranking: Ranking) -> str:
@@ -51,9 +46,9 @@ def render(ranking: Ranking) -> str:
         idx = ranking.pool_ids.index(entry.pool_id)
         mark = str(n) if idx in tried else "x"
         lines.append(
-            f"{mark:>2}  {entry.pool_id:<36} {_fmt(entry.ttft_ms, '8.0f')} "
-            f"{_fmt(entry.tpot_ms, '8.1f')} "
-            f"{_fmt(entry.cost_usd, '11.3e')} {_fmt(entry.load, '6.2f')}  {entry.reason}"
+            f"{mark:>2}  {entry.pool_id:<36} {cell(entry.ttft_ms, '8.0f')} "
+            f"{cell(entry.tpot_ms, '8.1f')} "
+            f"{cell(entry.cost_usd, '11.3e')} {cell(entry.load, '6.2f')}  {entry.reason}"
         )
     return "\n".join(lines)
 

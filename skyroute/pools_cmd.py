@@ -4,24 +4,16 @@ the admin API of a running gateway, found through :mod:`skyroute.context`."""
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 import httpx
 import orjson
 
 from skyroute.admin_client import admin_client, failed
+from skyroute.columns import cell
 
 # Long enough for any drain deadline an operator would set; the server ends the wait first.
 _DRAIN_WAIT_CAP_S = 900.0
-
-
-def _fmt(value: Any, spec: str) -> str:
-    """``value`` formatted by ``spec``; a missing value is a ``-`` in the same width."""
-    if value is None:
-        width = re.match(r"[<>^]?(\d*)", spec)
-        return "-".rjust(int(width.group(1)) if width and width.group(1) else 1)
-    return format(value, spec)
 
 
 def render_pools(pools: list[dict[str, Any]]) -> str:
@@ -37,9 +29,9 @@ def render_pools(pools: list[dict[str, Any]]) -> str:
             flags += f"ramp {p['weight']:.0%} "
         lines.append(
             f"{p['id']:<36} {p['state']:<9} {p['inflight']:>5.0f} "
-            f"{_fmt(p['ready_replicas'], '>5.0f')} {_fmt(p['ttft_ewma_ms'], '>8.0f')} "
-            f"{_fmt(p['tpot_ewma_ms'], '>8.1f')} {_fmt(p['rtt_ms'], '>8.1f')} "
-            f"{_fmt(p['usd_per_gpu_hour'], '>8.3f')}  {flags}{p['reason']}"
+            f"{cell(p['ready_replicas'], '>5.0f')} {cell(p['ttft_ewma_ms'], '>8.0f')} "
+            f"{cell(p['tpot_ewma_ms'], '>8.1f')} {cell(p['rtt_ms'], '>8.1f')} "
+            f"{cell(p['usd_per_gpu_hour'], '>8.3f')}  {flags}{p['reason']}"
         )
     return "\n".join(lines)
 
