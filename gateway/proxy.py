@@ -64,6 +64,21 @@ class Forwarder:
         self.metrics = metrics
         self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics)
         self._rr: dict[str, int] = {}
+        # Upstream responses of the streams being relayed, so that a shutdown past its
+        # grace can end each one with an error event instead of a cut connection.
+        self._relaying: set[UpstreamResponse] = set()
+        self._cutting = False
+
+    def end_streams(self) -> int:
+        """End every stream being relayed: each client gets an SSE error event (code
+        ``gateway_shutdown``) and a clean end of its response. Not counted against any
+        pool. Returns how many streams were ended. Meant for the end of a shutdown: from
+        then on any stream that breaks is reported the same way. Idempotent."""
+        self._cutting = True
+        ended = list(self._relaying)
+        for resp in ended:
+            resp.close()
+        return len(ended)
 
     def _timeouts(self, attempt: Attempt) -> UpstreamTimeouts:
         r = self.state.policy.policy.routing
@@ -368,6 +383,7 @@ class Forwarder:
         status = "200"
         completed = False
         rename = ModelRenamer(attempt.pool.upstream_model, route.model)
+        self._relaying.add(resp)
         try:
             yield rename(first)
             async for chunk in chunks:
@@ -384,11 +400,19 @@ class Forwarder:
                 self._failed(pool_id, UpstreamStreamError("stream ended without [DONE]"))
                 yield error_event(f"pool {pool_id}: the stream ended before it was complete")
         except UpstreamError as exc:
-            status = "stream_error"
-            self._failed(pool_id, exc)
-            exc.pool_id = exc.pool_id or pool_id
-            yield error_event(client_message(exc))
+            if self._cutting:
+                status = "gateway_shutdown"
+                yield error_event(
+                    "the gateway is shutting down and ended this stream; retry the request",
+                    code="gateway_shutdown",
+                )
+            else:
+                status = "stream_error"
+                self._failed(pool_id, exc)
+                exc.pool_id = exc.pool_id or pool_id
+                yield error_event(client_message(exc))
         finally:
+            self._relaying.discard(resp)
             resp.close()
             self.state.release(pool_id)
             if status == "200":
@@ -398,7 +422,9 @@ class Forwarder:
             if status == "200" and not completed and not watch.done:
                 status = "client_disconnected"
             attempt.span.end(
-                None if status in ("200", "client_disconnected") else UpstreamStreamError(status)
+                None
+                if status in ("200", "client_disconnected", "gateway_shutdown")
+                else UpstreamStreamError(status)
             )
             prompt = watch.prompt_tokens if watch.prompt_tokens is not None else route.prompt_tokens
             completion = watch.output_tokens()

@@ -52,5 +52,14 @@ class GatewaySettings(BaseSettings):
     # requests and streams get up to shutdown_timeout_s to finish.
     drain_delay_s: float = Field(default=2.0, ge=0)
     shutdown_timeout_s: int = Field(default=30, gt=0)
+    # The front door (skyroute.front_door): a request's headers must arrive within
+    # header_timeout_s of its first byte and its body within body_timeout_s of the
+    # headers (408 otherwise); idle keep-alive connections close after
+    # keepalive_timeout_s; at most max_connections client connections per process
+    # (lowered to fit the open-file limit).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    keepalive_timeout_s: int = Field(default=5, gt=0)
+    max_connections: int = Field(default=4096, ge=16)
     log_level: str = "INFO"
     log_json: bool = True

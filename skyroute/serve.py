@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -15,9 +17,20 @@ from gateway.app import create_app
 from gateway.context import Gateway
 from gateway.settings import GatewaySettings
 from skyroute.embedded_redis import redis_url_or_embedded
+from skyroute.front_door import (
+    FrontDoorLimits,
+    FrontDoorStats,
+    connection_cap,
+    guarded_protocol,
+    log_stats,
+)
 from skyroute.workers import reuse_port_requested, reuse_port_socket
 
 logger = logging.getLogger(__name__)
+
+# Streams still open this long before the graceful timeout get their error event, so
+# that it reaches the client before uvicorn cancels what is left.
+STREAM_CUT_MARGIN_S = 1.0
 
 
 @contextlib.contextmanager
@@ -37,13 +50,43 @@ class GracefulServer(uvicorn.Server):
 
     On SIGTERM: ``/readyz`` fails at once; ``drain_delay_s`` later uvicorn stops
     accepting connections and lets in-flight requests and streams finish (up to its
-    graceful timeout); the lifespan then releases this replica's in-flight counts.
+    graceful timeout); streams still running ``STREAM_CUT_MARGIN_S`` before that
+    timeout end with an SSE error event (``gateway_shutdown``) rather than a cut
+    connection; the lifespan then releases this replica's in-flight counts.
     """
 
-    def __init__(self, config: uvicorn.Config, gateway: Gateway, drain_delay_s: float) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        gateway: Gateway,
+        drain_delay_s: float,
+        door: FrontDoorStats | None = None,
+    ) -> None:
         super().__init__(config)
         self.gateway = gateway
         self.drain_delay_s = drain_delay_s
+        self.door = door
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        grace = self.config.timeout_graceful_shutdown
+        cut: asyncio.TimerHandle | None = None
+        if grace is not None and self.gateway.forwarder is not None:
+            cut = asyncio.get_running_loop().call_later(
+                max(grace - STREAM_CUT_MARGIN_S, 0.0), self._end_streams
+            )
+        try:
+            await super().shutdown(sockets)
+        finally:
+            if cut is not None:
+                cut.cancel()
+            if self.door is not None:
+                log_stats(self.door)
+
+    def _end_streams(self) -> None:
+        assert self.gateway.forwarder is not None
+        ended = self.gateway.forwarder.end_streams()
+        if ended:
+            logger.warning("shutdown grace ends: %d stream(s) ended with an error event", ended)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig != signal.SIGTERM or self.gateway.draining:
@@ -61,12 +104,19 @@ def run_gateway(settings: GatewaySettings) -> None:
     """Serve the gateway until SIGINT/SIGTERM (exit 0 after a graceful SIGTERM).
     Needs ``settings.redis_url``."""
     app = create_app(settings)
+    limits = FrontDoorLimits(
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        max_connections=connection_cap(settings.max_connections),
+    )
+    door = FrontDoorStats()
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=guarded_protocol(limits, door),
+        timeout_keep_alive=settings.keepalive_timeout_s,
         access_log=False,
         log_config=None,
         lifespan="on",
@@ -75,7 +125,7 @@ def run_gateway(settings: GatewaySettings) -> None:
     # uvicorn re-raises the signal it caught once it has shut down; a SIGTERM that has
     # been handled gracefully must then end the process with status 0, not 143.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    server = GracefulServer(config, app.state.gateway, settings.drain_delay_s)
+    server = GracefulServer(config, app.state.gateway, settings.drain_delay_s, door)
     if reuse_port_requested():
         # One of several workers on this port (``--workers``): the kernel spreads
         # connections across every socket bound with SO_REUSEPORT.

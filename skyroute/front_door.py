@@ -1,0 +1,195 @@
+"""The front door: what a slow or idle client may hold of one gateway process.
+
+uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but has no
+header or body read timeout and no cap on open connections: 20,000 connections that
+send half a request line each (a slowloris) held every file descriptor of the process,
+and normal requests were reset. ``guarded_protocol`` returns uvicorn's httptools
+protocol with three guards added:
+
+- **header timeout**: a request's headers must be complete ``header_timeout_s`` after
+  its first byte (or after the connection opened, for one that sends nothing);
+- **body timeout**: its body must be complete ``body_timeout_s`` after the headers. A
+  total, not an idle timer: one byte every few seconds must not keep a slot forever.
+  A client that misses either gets ``408`` (if no answer has started) and is closed;
+- **connection cap**: at most ``max_connections`` open at once. A new connection over
+  the cap closes the connection that has been *waiting* longest (open, with no request
+  in progress: idle keep-alive or headers not yet complete); if none is waiting, every
+  slot is doing work and the new connection is closed at once. So a flood of idle or
+  half-open connections can never lock out a client that sends a whole request.
+
+All three act in the event loop's callbacks: nothing is added to a request that
+arrives whole, in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+logger = logging.getLogger(__name__)
+
+# An OpenAI-shaped 408: clients that parse every error body get one they understand.
+_TIMEOUT_BODY = (
+    b'{"error":{"message":"the request was not received in time","type":"invalid_request_error",'
+    b'"param":null,"code":"request_timeout"}}'
+)
+_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: " + str(len(_TIMEOUT_BODY)).encode() + b"\r\n\r\n"
+    + _TIMEOUT_BODY
+)  # fmt: skip
+# File descriptors kept back from the connection cap: upstream and Redis connections,
+# the policy file, logs.
+FD_RESERVE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDoorLimits:
+    """Limits per gateway process. Times are seconds; ``max_connections`` counts client
+    connections (not upstream ones)."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 4096
+
+
+@dataclass(slots=True)
+class FrontDoorStats:
+    """What the guards did since the process started (monotonic counts)."""
+
+    header_timeouts: int = 0
+    body_timeouts: int = 0
+    evicted_waiting: int = 0
+    refused_full: int = 0
+    # Connections with no request in progress, oldest first (insertion order).
+    waiting: OrderedDict[HttpToolsProtocol, None] = field(default_factory=OrderedDict)
+
+
+def connection_cap(requested: int, reserve: int = FD_RESERVE) -> int:
+    """``requested``, lowered to fit the process's open-file limit.
+
+    Raises the soft ``RLIMIT_NOFILE`` to the hard limit first (the usual soft limit of
+    1024 is far below what a gateway needs), so the cap is the smaller of what was asked
+    and what the kernel will allow, less ``reserve`` for the gateway's own sockets.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return max(16, min(requested, soft - reserve))
+
+
+def guarded_protocol(
+    limits: FrontDoorLimits, stats: FrontDoorStats | None = None
+) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol class with the front-door guards, to pass as
+    ``uvicorn.Config(http=...)``. All connections of the class share ``stats``."""
+    shared = stats if stats is not None else FrontDoorStats()
+
+    class GuardedProtocol(HttpToolsProtocol):
+        _door_timer: asyncio.TimerHandle | None = None
+        # A request has begun and its headers are not complete yet.
+        _in_headers: bool = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            if len(self.connections) >= limits.max_connections and not _evict_oldest_waiting():
+                shared.refused_full += 1
+                transport.abort()
+                return
+            super().connection_made(transport)
+            self._waiting(True)
+            self._arm(limits.header_timeout_s, header=True)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            shared.waiting.pop(self, None)
+            if self.transport is not None:  # None when refused in connection_made
+                super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_headers = True
+            self._arm(limits.header_timeout_s, header=True)
+
+        def on_headers_complete(self) -> None:
+            self._in_headers = False
+            super().on_headers_complete()
+            self._waiting(False)
+            self._arm(limits.body_timeout_s, header=False)
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self.transport.is_closing() or self.pipeline:
+                return
+            self._waiting(True)
+            if not self._in_headers:
+                # The next request's header clock starts at its first byte; until
+                # then uvicorn's keep-alive timeout bounds the idle connection.
+                self._disarm()
+
+        # -- guards ------------------------------------------------------------------
+
+        def _waiting(self, waiting: bool) -> None:
+            if waiting:
+                shared.waiting[self] = None
+                shared.waiting.move_to_end(self)
+            else:
+                shared.waiting.pop(self, None)
+
+        def _arm(self, delay_s: float, *, header: bool) -> None:
+            self._disarm()
+            self._door_timer = self.loop.call_later(delay_s, self._timed_out, header)
+
+        def _disarm(self) -> None:
+            if self._door_timer is not None:
+                self._door_timer.cancel()
+                self._door_timer = None
+
+        def _timed_out(self, header: bool) -> None:
+            self._door_timer = None
+            if self.transport.is_closing():
+                return
+            if header:
+                shared.header_timeouts += 1
+            else:
+                shared.body_timeouts += 1
+            if self.cycle is None or not self.cycle.response_started:
+                self.transport.write(_TIMEOUT_RESPONSE)
+            # The app, if it runs, sees the disconnect (``http.disconnect``) and stops.
+            self.transport.close()
+
+    def _evict_oldest_waiting() -> bool:
+        while shared.waiting:
+            conn, _ = shared.waiting.popitem(last=False)
+            if not conn.transport.is_closing():
+                shared.evicted_waiting += 1
+                conn.transport.abort()
+                return True
+        return False
+
+    return GuardedProtocol
+
+
+def log_stats(stats: FrontDoorStats) -> None:
+    """One INFO line with the guards' counts, if any guard acted (at shutdown)."""
+    counts = {
+        "header_timeouts": stats.header_timeouts,
+        "body_timeouts": stats.body_timeouts,
+        "evicted_waiting": stats.evicted_waiting,
+        "refused_full": stats.refused_full,
+    }
+    if any(counts.values()):
+        logger.info("front door", extra={"fields": counts})
