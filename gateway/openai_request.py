@@ -16,6 +16,9 @@ import orjson
 
 from base.errors import InvalidRequest
 
+# OpenAI's own bound on ``n``; a tenant's ``max_n`` lowers it.
+MAX_N = 128
+
 
 class Operation(StrEnum):
     """The OpenAI operation, named as the GenAI semantic conventions name it."""
@@ -28,7 +31,8 @@ class Operation(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ParsedRequest:
     """One checked request. ``prompt_tokens`` is an estimate (≈ 4 characters a token);
-    ``max_tokens`` is None when the client set no limit."""
+    ``max_tokens`` is None when the client set no limit; ``n`` is the number of choices
+    asked for (1 when unset)."""
 
     operation: Operation
     model: str
@@ -36,6 +40,7 @@ class ParsedRequest:
     prompt_tokens: int
     max_tokens: int | None
     payload: dict[str, Any]
+    n: int = 1
 
     def upstream_body(self, upstream_model: str) -> bytes:
         """The body to forward, with the pool's own model name."""
@@ -114,9 +119,11 @@ def parse_request(body: bytes, operation: Operation) -> ParsedRequest:
     max_tokens = _positive_int(payload, "max_completion_tokens") or _positive_int(
         payload, "max_tokens"
     )
-    n = _positive_int(payload, "n")
-    if n is not None and n != 1:
-        raise InvalidRequest("only n=1 is supported", param="n")
+    n = _positive_int(payload, "n") or 1
+    if n > MAX_N:
+        raise InvalidRequest(f"n must be at most {MAX_N}", param="n")
+    if n > 1 and operation is Operation.EMBEDDING:
+        raise InvalidRequest("embeddings take no 'n'", param="n")
     return ParsedRequest(
         operation=operation,
         model=model,
@@ -124,4 +131,5 @@ def parse_request(body: bytes, operation: Operation) -> ParsedRequest:
         prompt_tokens=max(1, (chars + 3) // 4),
         max_tokens=max_tokens,
         payload=payload,
+        n=n,
     )

@@ -27,7 +27,7 @@ _COMMON = {
     "model": {"type": "string", "minLength": 1},
     "stream": {"type": "boolean"},
     "max_tokens": {"type": "integer", "minimum": 1},
-    "n": {"type": "integer", "minimum": 1, "maximum": 1},
+    "n": {"type": "integer", "minimum": 1, "maximum": 128},
     "temperature": {"type": "number"},
 }
 

@@ -27,6 +27,7 @@ from base.errors import (
 from gateway import http_errors
 from gateway.access import Caller, bearer_digest
 from gateway.context import Gateway
+from gateway.fan_out import fan_out
 from gateway.finish import RequestContext, access_log
 from gateway.openai_request import Operation, ParsedRequest, parse_request
 from gateway.tracing import NOOP
@@ -69,7 +70,7 @@ def estimate_tokens(gw: Gateway, parsed: ParsedRequest) -> int:
     Admission charges it against TPM and routing prices the request by it."""
     spec = gw.state.policy.policy.models.get(parsed.model)
     expected = spec.expected_output_tokens if spec else 0
-    return parsed.prompt_tokens + (parsed.max_tokens or expected)
+    return parsed.prompt_tokens + parsed.n * (parsed.max_tokens or expected)
 
 
 def route_request(
@@ -111,9 +112,10 @@ def route_request(
     if parsed.max_tokens is None and tenant.max_tokens is not None and spec.kind == "chat":
         # A tenant cap must bound what the engine generates, not just what is asked.
         parsed.payload["max_tokens"] = tenant.max_tokens
-    n = parsed.payload.get("n") or 1
-    if n > tenant.max_n:
-        raise InvalidRequest(f"n={n} is over the tenant's limit of {tenant.max_n}", param="n")
+    if parsed.n > tenant.max_n:
+        raise InvalidRequest(
+            f"n={parsed.n} is over the tenant's limit of {tenant.max_n}", param="n"
+        )
     return RouteRequest(
         model=parsed.model,
         prompt_tokens=parsed.prompt_tokens,
@@ -188,7 +190,10 @@ def openai_routes(gw: Gateway) -> list[Route]:
         ctx = RequestContext(caller.tenant, request_id, est_tokens, received, trace)
         assert gw.forwarder is not None, "the app's lifespan has not started"
         # From here on the forwarder ends the trace, with the request (streams included).
-        response = await gw.forwarder.forward(parsed, route, path, upstream_headers, ctx)
+        if parsed.n > 1 and parsed.model in gw.state.policy.fan_out_n:
+            response = await fan_out(gw.forwarder, parsed, route, path, upstream_headers, ctx)
+        else:
+            response = await gw.forwarder.forward(parsed, route, path, upstream_headers, ctx)
         response.headers["x-request-id"] = request_id
         return response
 

@@ -46,6 +46,9 @@ class CompiledPolicy:
     # 1 - headroom: the share of the TTFT and TPOT targets a prediction must stay under.
     keep_ttft: float
     keep_tpot: float
+    # Models with a pool whose engine answers one choice per request: ``n > 1`` is
+    # fanned out by the gateway for them (PoolSpec.supports_n).
+    fan_out_n: frozenset[str] = frozenset()
 
     @property
     def size(self) -> int:
@@ -114,6 +117,7 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
         slo=dict(policy.slo_classes),
         keep_ttft=1.0 - routing.slo_headroom,
         keep_tpot=1.0 - tpot_headroom,
+        fan_out_n=frozenset(p.model for p in pools if not p.supports_n),
     )
 
 

@@ -127,6 +127,10 @@ class PoolSpec(_Strict):
     goodput: GoodputProfile
     replicas: ReplicaBounds = ReplicaBounds()
     scaling: ScalingSpec | None = None
+    # The engine answers ``n > 1`` itself (vLLM, SGLang: the choices share one prefill).
+    # False for engines that answer one choice per request (TGI, the simulated engine):
+    # the gateway then fans ``n`` out as ``n`` requests and merges the answers.
+    supports_n: bool = True
 
     @property
     def location(self) -> str:
@@ -259,7 +263,9 @@ class TenantSpec(_Strict):
     budget_period: Literal["hour", "day", "month"] = "month"
     priority: int = 0
     max_tokens: int | None = Field(default=None, gt=0)
-    max_n: int = Field(default=1, ge=1)
+    # Choices per request (OpenAI's ``n``, at most 128): each is charged as a request's
+    # worth of output tokens at admission, so TPM limits bound the fan-out too.
+    max_n: int = Field(default=8, ge=1, le=128)
 
     def allows_model(self, model: str) -> bool:
         """Whether this tenant may use ``model``."""

@@ -152,8 +152,10 @@ def pool(
     max_concurrency: int = 8,
     tpot_ms: float = 20.0,
     endpoints: list[str] | None = None,
+    supports_n: bool = False,
 ) -> dict[str, Any]:
-    """A pool entry of a policy, served by ``engine``."""
+    """A pool entry of a policy, served by ``engine`` (a simulated engine answers one
+    choice per request: ``supports_n`` false)."""
     return {
         "id": pool_id,
         "provider": provider,
@@ -171,6 +173,7 @@ def pool(
             "tpot_ms": tpot_ms,
         },
         "replicas": {"min": 0, "max": 4, "initial": 1},
+        "supports_n": supports_n,
     }
 
 

@@ -202,13 +202,19 @@ def test_max_tokens_is_used_when_max_completion_tokens_is_null() -> None:
     assert parsed.max_tokens == 10
 
 
-@pytest.mark.parametrize("n", [2, 0, True])
-def test_n_other_than_one_is_rejected_naming_n(n: Any) -> None:
+@pytest.mark.parametrize("n", [129, 0, True, 2.5, "2"])
+def test_an_n_that_is_not_1_to_128_is_rejected_naming_n(n: Any) -> None:
     assert _param_of(_chat(n=n)) == "n"
 
 
-def test_n_of_one_is_accepted() -> None:
-    assert parse_request(_chat(n=1), Operation.CHAT).model == "m"
+@pytest.mark.parametrize(("given", "n"), [(None, 1), (1, 1), (3, 3), (128, 128)])
+def test_n_is_parsed(given: int | None, n: int) -> None:
+    body = _chat() if given is None else _chat(n=given)
+    assert parse_request(body, Operation.CHAT).n == n
+
+
+def test_embeddings_take_no_n() -> None:
+    assert _param_of(_body(model="e", input="x", n=2), Operation.EMBEDDING) == "n"
 
 
 # -- the forwarded body ---------------------------------------------------------------

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from skyroute.embedded_redis import free_port
 
-Mode = Literal["html", "array", "truncated_stream", "html_stream"]
+Mode = Literal["html", "array", "truncated_stream", "html_stream", "n_choices"]
 _CHUNK = b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 
 
@@ -25,6 +25,7 @@ class ScriptedUpstream:
         self.mode = mode
         self.port = free_port()
         self.calls = 0
+        self.asked_n: list[int] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -62,7 +63,20 @@ class ScriptedUpstream:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         self.calls += 1
-        await request.read()
+        body = await request.json()
+        if self.mode == "n_choices":  # a correct engine that serves n itself (as vLLM)
+            n = int(body.get("n") or 1)
+            self.asked_n.append(n)
+            choices = [
+                {"index": i, "message": {"role": "assistant", "content": f"choice {i}"},
+                 "finish_reason": "stop", "logprobs": None}
+                for i in range(n)
+            ]  # fmt: skip
+            return web.json_response({
+                "id": "cmpl-n", "object": "chat.completion", "created": 0,
+                "model": body.get("model"), "choices": choices,
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2 * n, "total_tokens": 5 + 2 * n},
+            })  # fmt: skip
         if self.mode == "html":
             return web.Response(text="<html><body>502 Bad Gateway</body></html>",
                                 content_type="text/html")  # fmt: skip
