@@ -15,7 +15,8 @@ import it.
     │   ├── HeadersTooLarge         request headers over the size limit           -> 431
     │   ├── AuthenticationError     missing, wrong or expired API key             -> 401
     │   ├── PermissionDenied        key may not use this model or route           -> 403
-    │   ├── ModelNotFound           model not in the policy                        -> 404
+    │   ├── NotFound                no such pool, key or tenant                   -> 404
+    │   │   └── ModelNotFound       model not in the policy                       -> 404
     │   └── RateLimited             over a request/token limit or budget          -> 429
     ├── RoutingError                no pool can take the request                  -> 503
     │   └── NoFeasiblePool          every candidate misses the SLO (fallback: reject)
@@ -100,7 +101,11 @@ class PermissionDenied(RequestError):
     """The caller is known but may not do this."""
 
 
-class ModelNotFound(RequestError):
+class NotFound(RequestError):
+    """The request names something (a pool, a key, a tenant) that does not exist."""
+
+
+class ModelNotFound(NotFound):
     """The requested model is not served by this policy."""
 
     def __init__(self, model: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from adapters.upstream import UpstreamClient
 from base.errors import TableError
@@ -107,6 +108,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             schema = get_openapi(
                 title=app.title, version=app.version, summary=app.summary, routes=app.routes
             )
+            openapi_schemas.document_errors(schema, prometheus_type=CONTENT_TYPE_LATEST)
             schema["paths"] = {**openapi_schemas.paths(), **schema.get("paths", {})}
             schema.setdefault("components", {})["securitySchemes"] = (
                 openapi_schemas.security_schemes()

@@ -143,3 +143,32 @@ def paths() -> dict[str, Any]:
 def security_schemes() -> dict[str, Any]:
     """The bearer-token scheme every /v1 route uses."""
     return {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+
+
+# What any operation outside ``/v1`` may answer besides its own documented codes: the
+# error tree's 4xx (gateway.http_errors), all in OpenAI's error shape.
+_ADMIN_ERRORS = {
+    "400": _ERRORS["400"],
+    "401": _ERRORS["401"],
+    "403": {**_ERRORS["401"], "description": "The credential may not do this"},
+    "404": {**_ERRORS["404"], "description": "No such pool, key or tenant"},
+}
+
+
+def document_errors(schema: dict[str, Any], *, prometheus_type: str) -> None:
+    """Complete the operations FastAPI documented from the admin and ops routes, in
+    place: every error status the error tree can answer with, and the Prometheus text
+    type of ``/metrics`` (its ``prometheus_type``)."""
+    for path, item in schema.get("paths", {}).items():
+        if path.startswith("/v1/"):
+            continue
+        for operation in item.values():
+            responses = operation.setdefault("responses", {})
+            for status, response in _ADMIN_ERRORS.items():
+                responses.setdefault(status, response)
+    metrics = schema.get("paths", {}).get("/metrics", {}).get("get")
+    if metrics is not None:
+        metrics["responses"]["200"] = {
+            "description": "Prometheus text exposition",
+            "content": {prometheus_type: {"schema": {"type": "string"}}},
+        }

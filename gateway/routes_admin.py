@@ -12,7 +12,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from base.errors import InvalidRequest, TableError
+from base.errors import NotFound, TableError
 from gateway.context import Gateway
 from router.health import HealthEvent
 from router.snapshot import PoolRow
@@ -131,7 +131,7 @@ def admin_router(gw: Gateway) -> APIRouter:
 
     def known_pool(pool_id: str) -> None:
         if pool_id not in gw.state.policy.index:
-            raise InvalidRequest(f"no pool {pool_id!r} in the running policy", param="pool_id")
+            raise NotFound(f"no pool {pool_id!r} in the running policy", param="pool_id")
 
     @router.post("/pools/{pool_id}/drain")
     async def drain(

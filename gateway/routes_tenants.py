@@ -6,6 +6,7 @@ its SHA-256 is stored.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import Any
@@ -27,6 +28,8 @@ MAX_TIME_S = 1e11
 
 
 MAX_KEY_LIFETIME_S = 10 * 365 * 86_400.0
+# Tenant names appear in metrics labels, logs and Redis keys: printable, no separators.
+TENANT_NAME = re.compile(r"[A-Za-z0-9_.:@\-]{1,128}")
 
 
 class NewKey(BaseModel):
@@ -41,6 +44,19 @@ class NewKey(BaseModel):
     expires_in_s: float | None = Field(
         default=None, gt=0, le=MAX_KEY_LIFETIME_S, allow_inf_nan=False
     )
+
+
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that validates ``model`` itself (the body
+    is read raw, so FastAPI cannot document it)."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -90,10 +106,12 @@ def tenants_router(gw: Gateway) -> APIRouter:
         authorize(request)
         return _json({name: spec.model_dump() for name, spec in gw.access.tenants.items()})
 
-    @router.put("/tenants/{name}")
+    @router.put("/tenants/{name}", openapi_extra=_json_body(TenantSpec))
     async def put_tenant(request: Request, name: str) -> Response:
         """Create or replace a tenant; applies on every replica within a second."""
         authorize(request)
+        if not TENANT_NAME.fullmatch(name):
+            raise InvalidRequest("a tenant name is 1-128 letters, digits and '_.:@-'", param="name")
         try:
             spec = TenantSpec.model_validate_json(await request.body())
         except ValidationError as exc:
@@ -113,7 +131,7 @@ def tenants_router(gw: Gateway) -> APIRouter:
         await gw.access.refresh()
         return _json({"tenant": name, "deleted": existed})
 
-    @router.post("/keys", status_code=201)
+    @router.post("/keys", status_code=201, openapi_extra=_json_body(NewKey))
     async def create_key(request: Request) -> Response:
         """Create an API key for a tenant. The secret is in this reply and nowhere else."""
         authorize(request)

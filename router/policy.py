@@ -257,12 +257,13 @@ class TenantSpec(_Strict):
     default_slo: str | None = None
     client_region: str | None = None
     allowed_regions: list[str] | None = None
-    rpm: int | None = Field(default=None, gt=0)
-    tpm: int | None = Field(default=None, gt=0)
-    budget_usd: float | None = Field(default=None, ge=0)
+    # Bounds far past any real limit, but inside what the Redis scripts count exactly.
+    rpm: int | None = Field(default=None, gt=0, le=10**12)
+    tpm: int | None = Field(default=None, gt=0, le=10**12)
+    budget_usd: float | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)
     budget_period: Literal["hour", "day", "month"] = "month"
     priority: int = 0
-    max_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0, le=10**7)
     # Choices per request (OpenAI's ``n``, at most 128): each is charged as a request's
     # worth of output tokens at admission, so TPM limits bound the fan-out too.
     max_n: int = Field(default=8, ge=1, le=128)
