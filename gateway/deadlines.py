@@ -36,3 +36,18 @@ def first_byte_deadline_s(
     else:
         wait_ms = routing.deadline_factor * (ttft_ms + max(output_tokens, 0) * slo_tpot_ms)
     return max(wait_ms, routing.deadline_floor_ms) / 1000.0
+
+
+def hedge_after_s(
+    *, slo_ttft_ms: float, predicted_ttft_ms: float, predicted_tpot_ms: float, output_tokens: int
+) -> float:
+    """Seconds of silence from the first attempt after which a hedge starts (for SLO
+    classes with ``hedge``): the TTFT target, or 1.5 × the time the first pool was
+    predicted to take (to its first byte; for a non-streaming request, to its last
+    token at its predicted TPOT), whichever is later. So a hedge never fires before the
+    answer could be late, and fires well before the deadline (``deadline_factor`` ×
+    the target) that would fail the attempt over."""
+    predicted = predicted_ttft_ms if math.isfinite(predicted_ttft_ms) else 0.0
+    if output_tokens > 0 and math.isfinite(predicted_tpot_ms):
+        predicted += output_tokens * predicted_tpot_ms
+    return max(slo_ttft_ms, 1.5 * predicted) / 1000.0

@@ -16,8 +16,6 @@ all, without a span per attempt.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import types
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -28,7 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from base.errors import UpstreamInvalidAnswer
 from gateway.finish import RequestContext
 from gateway.openai_request import ParsedRequest
-from gateway.proxy import Forwarder
+from gateway.proxy import Forwarder, close_unread
 from gateway.streaming import error_event
 from gateway.tracing import NOOP
 from router.scoring import RouteRequest
@@ -68,7 +66,7 @@ async def fan_out(
         # until their stream is closed.
         for result in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(result, Response):
-                await _close(result)
+                await close_unread(result)
         ctx.trace.end(exc if isinstance(exc, Exception) else None)
         raise
     first = answers[0]
@@ -78,7 +76,7 @@ async def fan_out(
         if len(streams) != n:
             # A non-200 answer (a client error the engine found) is the answer.
             for a in streams:
-                await _close(a)
+                await close_unread(a)
             ctx.trace.end()
             return next(a for a in answers if not isinstance(a, StreamingResponse))
         return StreamingResponse(
@@ -196,25 +194,5 @@ async def _merge_streams(
             task.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
         for stream in streams:
-            await _close(stream)
+            await close_unread(stream)
         ctx.trace.end()
-
-
-async def _close(response: Response) -> None:
-    """Close a streaming answer the client will not read, so that its relay records it
-    and releases the engine connection and the pool's in-flight count.
-
-    Called only on relays that never started or have finished (the pumps are
-    cancelled and awaited first, and a pump only ever waits inside its relay), so a
-    relay with a frame has not started: it is stepped once (the first chunk is
-    already buffered), because closing an unstarted async generator skips its
-    ``finally``."""
-    if not isinstance(response, StreamingResponse):
-        return
-    iterator = response.body_iterator
-    if not isinstance(iterator, types.AsyncGeneratorType):
-        return
-    if iterator.ag_frame is not None:
-        with contextlib.suppress(StopAsyncIteration):
-            await anext(iterator)
-    await iterator.aclose()

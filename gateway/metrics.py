@@ -71,6 +71,12 @@ class GatewayMetrics:
             ("model",),
             registry=r,
         )
+        self.hedges = Counter(
+            "skyroute_hedges_total",
+            "Requests whose first attempt stayed silent long enough to start a hedge.",
+            ("model",),
+            registry=r,
+        )
         self.upstream_errors = Counter(
             "skyroute_upstream_errors_total",
             "Failed upstream attempts.",

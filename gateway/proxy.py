@@ -9,9 +9,12 @@ Other 4xx answers are the client's problem and pass through unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+import types
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
@@ -24,9 +27,10 @@ from base.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
-from gateway.deadlines import first_byte_deadline_s
+from gateway.deadlines import first_byte_deadline_s, hedge_after_s
 from gateway.decisions import DecisionLog
 from gateway.finish import Attempt, RequestContext, RequestFinisher
+from gateway.hedging import race
 from gateway.http_errors import client_message
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
@@ -151,71 +155,111 @@ class Forwarder:
         policy = self.state.policy
         routing = policy.policy.routing
         budget = routing.max_attempts
-        last: UpstreamError | None = None
+        tried = ranking.tried()
         number = 0
-        for i, predicted_ttft_ms, est_cost, per_token in ranking.tried():
-            if number >= budget:
-                break
-            pool = policy.policy.pools[i]
-            if not self.state.outlier.allows(pool.id, now):
-                continue
-            if number >= 1 and not self.state.retry_budget.try_retry(now):
-                self.metrics.retries_denied.labels(model=route.model).inc()
-                self.state.outlier.release_trial(pool.id)
-                break
-            number += 1
-            span: ChildSpan = NOOP
-            attempt_headers = headers
-            if traced:
-                span = ctx.trace.child(
-                    f"upstream {pool.id}",
-                    {
-                        "skyroute.pool": pool.id, "skyroute.provider": pool.provider,
-                        "skyroute.region": pool.location, "skyroute.attempt": number,
-                        "skyroute.ttft.predicted_ms": predicted_ttft_ms,
-                        "skyroute.cost_usd.estimated": est_cost,
-                        "gen_ai.request.model": pool.upstream_model,
-                    },
-                    client=True,
+
+        def start_next() -> Coroutine[Any, Any, Response] | None:
+            nonlocal number
+            for i, predicted_ttft_ms, est_cost, per_token in tried:
+                if number >= budget:
+                    return None
+                pool = policy.policy.pools[i]
+                if not self.state.outlier.allows(pool.id, now):
+                    continue
+                if number >= 1 and not self.state.retry_budget.try_retry(now):
+                    self.metrics.retries_denied.labels(model=route.model).inc()
+                    self.state.outlier.release_trial(pool.id)
+                    return None
+                number += 1
+                span: ChildSpan = NOOP
+                attempt_headers = headers
+                if traced:
+                    span = ctx.trace.child(
+                        f"upstream {pool.id}",
+                        {
+                            "skyroute.pool": pool.id, "skyroute.provider": pool.provider,
+                            "skyroute.region": pool.location, "skyroute.attempt": number,
+                            "skyroute.ttft.predicted_ms": predicted_ttft_ms,
+                            "skyroute.cost_usd.estimated": est_cost,
+                            "gen_ai.request.model": pool.upstream_model,
+                        },
+                        client=True,
+                    )  # fmt: skip
+                    attempt_headers = dict(headers)
+                    span.inject(attempt_headers)  # W3C traceparent to the engine
+                attempt = Attempt(
+                    pool,
+                    self._url(pool, path),
+                    per_token,
+                    number,
+                    ranking.reason,
+                    len(ranking.candidates),
+                    predicted_ttft_ms,
+                    ranking.slo_ttft_ms,
+                    ranking.slo_tpot_ms,
+                    span,
+                    first_byte_deadline_s(
+                        routing, stream=parsed.stream, slo_ttft_ms=ranking.slo_ttft_ms,
+                        slo_tpot_ms=ranking.slo_tpot_ms, predicted_ttft_ms=predicted_ttft_ms,
+                        output_tokens=ranking.est_tokens - route.prompt_tokens,
+                    ),
                 )  # fmt: skip
-                attempt_headers = dict(headers)
-                span.inject(attempt_headers)  # W3C traceparent to the engine
-            attempt = Attempt(
-                pool,
-                self._url(pool, path),
-                per_token,
-                number,
-                ranking.reason,
-                len(ranking.candidates),
-                predicted_ttft_ms,
-                ranking.slo_ttft_ms,
-                ranking.slo_tpot_ms,
-                span,
-                first_byte_deadline_s(
-                    routing, stream=parsed.stream, slo_ttft_ms=ranking.slo_ttft_ms,
-                    slo_tpot_ms=ranking.slo_tpot_ms, predicted_ttft_ms=predicted_ttft_ms,
-                    output_tokens=ranking.est_tokens - route.prompt_tokens,
-                ),
-            )  # fmt: skip
-            if number > 1:
-                self.metrics.failovers.labels(model=route.model).inc()
-            else:
-                self.metrics.overhead_seconds.observe(time.perf_counter() - ctx.received_at)
-            try:
-                if parsed.stream:
-                    return await self._stream(parsed, attempt, attempt_headers, route, ctx)
-                response = await self._unary(parsed, attempt, attempt_headers, route, ctx)
-                span.end()
-                return response
-            except UpstreamError as exc:
-                exc.pool_id = exc.pool_id or pool.id
-                span.end(exc)
-                last = exc
-                self.state.outlier.release_trial(pool.id)
-                logger.warning("attempt %d on pool %s failed: %s", number, pool.id, exc)
-        if last is None:
-            raise unavailable(ranking, route.model)
-        raise last
+                if number > 1:
+                    self.metrics.failovers.labels(model=route.model).inc()
+                else:
+                    self.metrics.overhead_seconds.observe(time.perf_counter() - ctx.received_at)
+                return self._attempt(parsed, attempt, attempt_headers, route, ctx)
+            return None
+
+        hedge_s: float | None = None
+        if policy.slo[route.slo_class].hedge and len(ranking.order) > 1:
+            j = int(ranking.local_order[0])
+            hedge_s = hedge_after_s(
+                slo_ttft_ms=ranking.slo_ttft_ms,
+                predicted_ttft_ms=float(ranking.local_ttft_ms[j]),
+                predicted_tpot_ms=float(ranking.local_tpot_ms[j]),
+                output_tokens=0 if parsed.stream else ranking.est_tokens - route.prompt_tokens,
+            )
+        try:
+            outcome = await race(start_next, hedge_s, close_unread)
+        except LookupError:
+            raise unavailable(ranking, route.model) from None
+        if outcome.hedged_first_ms is not None:
+            self.metrics.hedges.labels(model=route.model).inc()
+            if outcome.winner > 0:
+                # The first pool stayed silent past what it should have taken: its TTFT
+                # is at least that long, which steers the next requests elsewhere.
+                first_id = policy.pool_ids[ranking.order[0]]
+                self.state.observe(first_id, ok=True, ttft_ms=outcome.hedged_first_ms)
+        return outcome.value
+
+    async def _attempt(
+        self,
+        parsed: ParsedRequest,
+        attempt: Attempt,
+        headers: dict[str, str],
+        route: RouteRequest,
+        ctx: RequestContext,
+    ) -> Response:
+        """One attempt, streaming or not. Raises UpstreamError after its bookkeeping."""
+        pool = attempt.pool
+        try:
+            if parsed.stream:
+                return await self._stream(parsed, attempt, headers, route, ctx)
+            response = await self._unary(parsed, attempt, headers, route, ctx)
+            attempt.span.end()
+            return response
+        except UpstreamError as exc:
+            exc.pool_id = exc.pool_id or pool.id
+            attempt.span.end(exc)
+            self.state.outlier.release_trial(pool.id)
+            logger.warning("attempt %d on pool %s failed: %s", attempt.number, pool.id, exc)
+            raise
+        except asyncio.CancelledError:
+            # The client left, or a hedge won: not the pool's fault.
+            attempt.span.end()
+            self.state.outlier.release_trial(pool.id)
+            raise
 
     def _failed(self, pool_id: str, exc: UpstreamError) -> None:
         self.state.observe(pool_id, ok=False)
@@ -433,3 +477,22 @@ class Forwarder:
                 ctx, route, attempt, prompt, completion, cost, "ok" if status == "200" else status,
                 ttft_ms=(watch.first_at - ctx.received_at) * 1000.0, tpot_ms=watch.tpot_ms(),
             )  # fmt: skip
+
+
+async def close_unread(response: Response) -> None:
+    """Close an answer no client will read, so that its relay records it and releases
+    the engine connection and the pool's in-flight count.
+
+    Only for relays that never started or have finished: a relay with a frame has not
+    started, and is stepped once (its first chunk is already buffered), because closing
+    an unstarted async generator skips its ``finally``.
+    """
+    if not isinstance(response, StreamingResponse):
+        return
+    iterator = response.body_iterator
+    if not isinstance(iterator, types.AsyncGeneratorType):
+        return
+    if iterator.ag_frame is not None:
+        with contextlib.suppress(StopAsyncIteration):
+            await anext(iterator)
+    await iterator.aclose()

@@ -1,13 +1,15 @@
 """Fault benchmark: steady open-loop load through one gateway while one thing goes wrong
 at a time, and what the clients saw. Prints one table; numbers only, nothing asserted.
 
-    python loadtests/bench_faults.py [--rate 20] [--fault-s 8] [--only CASE ...] [--json F]
+    python loadtests/bench_faults.py [--rate 20] [--fault-s 8] [--hedge] [--only CASE ...]
 
 Everything runs on 127.0.0.1: Redis (``SKYROUTE_REDIS_URL`` or an embedded one), three
 simulated engines in real time (``cheap`` gcp $0.40, ``mid`` aws $1.00, ``pricey``
-azure $3.00 per GPU-hour), a scripted upstream behind the cheapest pool of all (``odd``,
-$0.20: a load balancer that answers correctly until its case makes it misbehave) and
-one ``skyroute serve`` with the policy defaults (health, outlier, deadlines).
+azure $3.00 per GPU-hour) serving ``chat-model``, and one ``skyroute serve`` with the
+policy defaults (health, outlier, deadlines). The malformed-answer cases send their load
+to ``odd-model`` instead, whose cheapest pool (``odd``, $0.20) is a scripted upstream (a
+load balancer that answers correctly until its case makes it misbehave), with pools on
+the ``cheap`` and ``mid`` engines behind it.
 
 Each case: ``--warm-s`` of load, the fault for ``--fault-s``, then ``--after-s`` more.
 Per case it prints the requests sent during the fault window (fault start to its end
@@ -43,6 +45,7 @@ from aiohttp import web
 from skyroute.embedded_redis import free_port, redis_url_or_embedded
 
 MODEL = "chat-model"
+ODD_MODEL = "odd-model"
 UPSTREAM = "upstream-chat"
 PROFILE = "a10g-llama-3.1-8b"
 API_KEY = "sk-bench-faults-" + "0" * 16
@@ -119,10 +122,10 @@ class Sample:
     ok: bool
 
 
-def _pool(pid: str, url: str, price: float) -> dict[str, object]:
+def _pool(pid: str, url: str, price: float, model: str = MODEL) -> dict[str, object]:
     provider, region, _ = pid.split(":")
     return {
-        "id": pid, "provider": provider, "region": region, "model": MODEL,
+        "id": pid, "provider": provider, "region": region, "model": model,
         "upstream_model": UPSTREAM, "gpu_type": "A10G", "gpus_per_replica": 1,
         "endpoints": [url], "supports_n": False,
         "price": {"source": "policy", "usd_per_gpu_hour": price},
@@ -135,8 +138,9 @@ def _pool(pid: str, url: str, price: float) -> dict[str, object]:
 class Fleet:
     """The engines, the odd upstream and the gateway (processes on free ports)."""
 
-    def __init__(self, tmp: Path, redis_url: str) -> None:
+    def __init__(self, tmp: Path, redis_url: str, hedge: bool) -> None:
         self.tmp = tmp
+        self.hedge = hedge
         self.redis_url = redis_url
         self.engines: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
@@ -156,16 +160,21 @@ class Fleet:
             self.start_engine(name)
         url = "http://127.0.0.1:{}".format
         pools = [
-            _pool("gcp:us-west1:odd", url(self.odd.port), 0.20),
             _pool("gcp:us-central1:cheap", url(self.ports["cheap"]), 0.40),
             _pool("aws:us-east-1:mid", url(self.ports["mid"]), 1.00),
             _pool("azure:eastus:pricey", url(self.ports["pricey"]), 3.00),
+            _pool("gcp:us-west1:odd", url(self.odd.port), 0.20, ODD_MODEL),
+            _pool("gcp:us-central1:odd-cheap", url(self.ports["cheap"]), 0.40, ODD_MODEL),
+            _pool("aws:us-east-1:odd-mid", url(self.ports["mid"]), 1.00, ODD_MODEL),
         ]
         locations = sorted({f"{p['provider']}:{p['region']}" for p in pools})
         policy = {
             "version": 1,
-            "slo_classes": {"interactive": {"ttft_ms": 800, "tpot_ms": 60}},
-            "models": {MODEL: {"default_slo": "interactive", "expected_output_tokens": 8}},
+            "slo_classes": {"interactive": {"ttft_ms": 800, "tpot_ms": 60, "hedge": self.hedge}},
+            "models": {
+                m: {"default_slo": "interactive", "expected_output_tokens": 8}
+                for m in (MODEL, ODD_MODEL)
+            },
             "pools": pools,
             "client_regions": {"us": {"rtt_ms": {loc: 5.0 for loc in locations}}},
             "routing": {"default_client_region": "us"},
@@ -348,7 +357,8 @@ async def _disconnects(fleet: Fleet, count: int) -> str:
 
 
 async def run(args: argparse.Namespace, fleet: Fleet) -> list[Row]:
-    stream = {**CHAT, "stream": True}
+    odd = {**CHAT, "model": ODD_MODEL}
+    odd_stream = {**odd, "stream": True}
     fault_s = args.fault_s
     cases: dict[str, Callable[[], Awaitable[Row]]] = {
         "baseline": lambda: _case("baseline", fleet, args, _noop, _noop),
@@ -359,11 +369,11 @@ async def run(args: argparse.Namespace, fleet: Fleet) -> list[Row]:
             "engine killed, restarted", fleet, args,
             _signal("cheap", signal.SIGKILL), _restart("cheap")),
         "200 with an HTML body": lambda: _case(
-            "200 with an HTML body", fleet, args, _mode("html"), _mode("ok")),
+            "200 with an HTML body", fleet, args, _mode("html"), _mode("ok"), odd),
         "200 with a JSON array": lambda: _case(
-            "200 with a JSON array", fleet, args, _mode("array"), _mode("ok")),
+            "200 with a JSON array", fleet, args, _mode("array"), _mode("ok"), odd),
         "stream without [DONE]": lambda: _case(
-            "stream without [DONE]", fleet, args, _mode("truncated"), _mode("ok"), stream),
+            "stream without [DONE]", fleet, args, _mode("truncated"), _mode("ok"), odd_stream),
         "long valid requests": lambda: _long_case(fleet, args),
         "slowloris (2,000 conns)": lambda: _case(
             "slowloris (2,000 conns)", fleet, args, _noop, _noop,
@@ -404,12 +414,17 @@ def main() -> None:
     parser.add_argument("--settle-s", type=float, default=6.0)
     parser.add_argument("--only", nargs="*", default=[], help="substrings of case names")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--hedge",
+        action="store_true",
+        help="the interactive SLO class hedges (slo_classes.*.hedge)",
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory() as tmp,
         redis_url_or_embedded(os.environ.get("SKYROUTE_REDIS_URL")) as redis_url,
     ):
-        fleet = Fleet(Path(tmp), redis_url)
+        fleet = Fleet(Path(tmp), redis_url, args.hedge)
         try:
             fleet.start()
 
@@ -427,6 +442,7 @@ def main() -> None:
             fleet.stop()
     sent = sum(r.requests for r in rows)
     print(f"\nfault benchmark: {args.rate:g} req/s open loop, fault {args.fault_s:g} s, "
+          f"hedging {'on' if args.hedge else 'off'}, "
           f"window = fault + {args.after_s:g} s; slow = over {SLOW_S * 1000:.0f} ms")  # fmt: skip
     print(f"{'case':<26} {'requests':>8} {'failed':>6} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'recover s':>9}  note")  # fmt: skip

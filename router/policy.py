@@ -23,10 +23,16 @@ class _Strict(BaseModel):
 
 
 class SLOClass(_Strict):
-    """Latency targets: time to first token and time per output token, in ms."""
+    """Latency targets: time to first token and time per output token, in ms.
+
+    ``hedge``: when the first attempt stays silent past the TTFT target (or 1.5 × its
+    predicted time, if later), start the next attempt too; the first answer wins and
+    the other is cancelled. Costs duplicate work only on requests already late.
+    """
 
     ttft_ms: float = Field(gt=0)
     tpot_ms: float = Field(gt=0)
+    hedge: bool = False
 
 
 class ModelSpec(_Strict):

@@ -8,33 +8,20 @@ connections, timeouts and TLS are each exercised on a real socket.
 from __future__ import annotations
 
 import asyncio
-import functools
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, ParamSpec
 
 import pytest
 
 from adapters.upstream import UpstreamClient, UpstreamTimeouts
 from base.errors import UpstreamConnectError, UpstreamStreamError, UpstreamTimeout
 from tests.adapters.cloud.tls import make_local_ca
+from tests.aio import run_async
 
 TIMEOUTS = UpstreamTimeouts(connect_s=2.0, first_byte_s=2.0, idle_s=2.0)
 OK = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"ok":true}'
-
-P = ParamSpec("P")
-
-
-def run_async(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    """Run the test coroutine in a fresh event loop (the suite runs no async plugin)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-        asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
 
 
 class Server:

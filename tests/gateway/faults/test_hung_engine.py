@@ -69,3 +69,36 @@ def test_a_long_valid_request_is_never_a_pool_failure(fast_fleet: Fleet, redis_u
         assert reply.headers["x-skyroute-attempts"] == "1"
     finally:
         gw.stop()
+
+
+def test_with_hedging_a_hung_engine_is_raced_not_waited_out(
+    fast_fleet: Fleet, redis_url: str
+) -> None:
+    # The interactive class hedges: a request to the hung engine gets a second attempt
+    # after the TTFT target (800 ms) instead of failing over at the ~2 s deadline, and
+    # the hung pool's silence raises its predicted TTFT so the next requests avoid it.
+    doc = yaml.safe_load(fast_fleet.policy_path.read_text())
+    doc["slo_classes"]["interactive"]["hedge"] = True
+    write_policy(fast_fleet.policy_path, doc)
+    gw = Gateway(fast_fleet.policy_path, redis_url, unique_prefix()).start()
+    cheap = fast_fleet.engines["cheap"]
+    assert cheap.proc is not None
+    url = f"{gw.base}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    try:
+        with httpx.Client(headers=headers, timeout=90) as client:
+            assert _timed(client, url, stream=False)[1] == 200
+            os.kill(cheap.proc.pid, signal.SIGSTOP)
+            pools = []
+            for stream in (False, True, False, True):
+                reply = client.post(url, json={**CHAT_BODY, "stream": stream})
+                assert reply.status_code == 200, reply.text
+                assert not stream or b"data: [DONE]" in reply.content
+                pools.append(reply.headers["x-skyroute-pool"])
+            metrics = gw.admin("GET", "/metrics").text
+    finally:
+        os.kill(cheap.proc.pid, signal.SIGCONT)
+        gw.stop()
+    assert "gcp:us-central1:cheap" not in pools
+    hedges = [line for line in metrics.splitlines() if line.startswith("skyroute_hedges_total{")]
+    assert hedges and float(hedges[0].split()[-1]) >= 1, metrics[-500:]
