@@ -155,21 +155,25 @@ class Forwarder:
         policy = self.state.policy
         routing = policy.policy.routing
         budget = routing.max_attempts
-        tried = ranking.tried()
+        tried = list(ranking.tried())
         number = 0
+        k = 0  # the next of ``tried`` to consider
 
         def start_next() -> Coroutine[Any, Any, Response] | None:
-            nonlocal number
-            for i, predicted_ttft_ms, est_cost, per_token in tried:
-                if number >= budget:
-                    return None
+            nonlocal number, k
+            while k < len(tried) and number < budget:
+                i, predicted_ttft_ms, est_cost, per_token = tried[k]
                 pool = policy.policy.pools[i]
                 if not self.state.outlier.allows(pool.id, now):
+                    k += 1
                     continue
                 if number >= 1 and not self.state.retry_budget.try_retry(now):
+                    # Not consumed: a hedge refused now leaves the pool for the failover
+                    # that may come later (the budget may allow it then).
                     self.metrics.retries_denied.labels(model=route.model).inc()
                     self.state.outlier.release_trial(pool.id)
                     return None
+                k += 1
                 number += 1
                 span: ChildSpan = NOOP
                 attempt_headers = headers
@@ -227,10 +231,14 @@ class Forwarder:
         if outcome.hedged_first_ms is not None:
             self.metrics.hedges.labels(model=route.model).inc()
             if outcome.winner > 0:
-                # The first pool stayed silent past what it should have taken: its TTFT
-                # is at least that long, which steers the next requests elsewhere.
+                # The first pool stayed silent past what it should have taken while
+                # another answered: a failure of that pool (so a hung one is ejected
+                # rather than hedged forever), and a TTFT at least that long.
                 first_id = policy.pool_ids[ranking.order[0]]
-                self.state.observe(first_id, ok=True, ttft_ms=outcome.hedged_first_ms)
+                self.state.observe(first_id, ok=False, ttft_ms=outcome.hedged_first_ms)
+                self.state.outlier.on_failure(
+                    first_id, time.time(), "silent past the hedge point; another pool answered"
+                )
         return outcome.value
 
     async def _attempt(
