@@ -7,11 +7,11 @@ what ``record`` taught it: the approximate prefix index and the session map.
 1. Bounded load (consistent hashing with bounded loads, Mirrokni et al. 2018): a replica
    is eligible only if taking the request keeps its load within ``load_factor`` (c) x the
    mean load after the request, rounded up: ``load + 1 <= ceil(c (total + 1) / n)`` over
-   the ``n`` available replicas. Rounding up keeps the least loaded replica eligible
-   (with whole-request loads), so the set is never empty, at the price of one request of
-   slack at low load. Load is the larger of the gateway's in-flight count and the
-   engine's running + waiting, so work from elsewhere counts. Should fractional loads
-   leave no replica eligible, the least loaded ones are.
+   the ``n`` available replicas, or within ``min_bound`` requests (see
+   :class:`AffinitySettings`). Rounding up keeps the least loaded replica eligible (with
+   whole-request loads), so the set is never empty. Load is the larger of the gateway's
+   in-flight count and the engine's running + waiting, so work from elsewhere counts.
+   Should fractional loads leave no replica eligible, the least loaded ones are.
 2. Among eligible replicas, in this order:
    - ``session``: the replica this session used last;
    - ``prefix`` (affinity on): least predicted time to first token, where a replica's
@@ -21,6 +21,8 @@ what ``record`` taught it: the approximate prefix index and the session map.
      first block, so gateways that never talked agree on where a new prefix or session
      goes, and removing a replica moves only its own keys;
    - ``least_wait``: least predicted time to first token.
+
+   Replicas with equal least predicted wait take turns.
 
 Predicted time to first token, ms: queueing for a batch slot (requests beyond the slots,
 each holding one for ``mean_output_tokens`` decode steps of a full batch, ``slots`` at a
@@ -33,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +61,9 @@ _S33 = np.uint64(33)
 _MEMO_TABLES = 1024
 # Above this many replicas in one match level, unpacking the mask beats walking its bits.
 _FEW_BITS = 8
+_MEMO_MASKS = 4096
+# Scores this close (ms) are equal: such replicas take turns.
+_TIE_MS = 1e-6
 # Beyond any real load: the last interpolation point of the wait curve.
 _LOAD_MAX = 1e12
 
@@ -67,14 +72,21 @@ _LOAD_MAX = 1e12
 class AffinitySettings:
     """How the choice trades affinity for balance.
 
-    ``load_factor`` (c > 1) bounds any replica's load to c x the mean; ``block_tokens``
-    is the prompt tokens one block hash stands for (256 characters ~ 64 tokens for
-    ``prompt_block_hashes``; 512 for the Mooncake trace's ``hash_ids``);
+    ``load_factor`` (c > 1) bounds any replica's load to c x the mean.
+
+    ``min_bound`` (requests, capped at the pool's batch slots) is a load no replica is
+    refused for: at a handful of requests per replica the relative bound would move a
+    shared prefix, and pay its whole prefill again elsewhere, to avoid an imbalance of one
+    or two requests that costs nothing while batch slots are free.
+
+    ``block_tokens`` is the prompt tokens one block hash stands for (256 characters ~ 64
+    tokens for ``prompt_block_hashes``; 512 for the Mooncake trace's ``hash_ids``).
     ``blocks_per_replica`` sizes each replica's share of the index, ``max_sessions`` the
     session map (least recently used dropped first).
     """
 
     load_factor: float = 1.25
+    min_bound: int = 4
     block_tokens: int = 64
     blocks_per_replica: int = 8192
     max_sessions: int = 100_000
@@ -82,8 +94,10 @@ class AffinitySettings:
     def __post_init__(self) -> None:
         if self.load_factor <= 1.0:
             raise ValueError("load_factor must be > 1")
-        if self.block_tokens < 1 or self.blocks_per_replica < 1 or self.max_sessions < 1:
-            raise ValueError("block_tokens, blocks_per_replica and max_sessions must be >= 1")
+        if min(self.min_bound, self.block_tokens, self.blocks_per_replica, self.max_sessions) < 1:
+            raise ValueError(
+                "min_bound, block_tokens, blocks_per_replica and max_sessions must be >= 1"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +114,10 @@ class PoolTiming:
     tpot_base_ms: float
     tpot_full_ms: float
     mean_output_tokens: float = 200.0
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.tpot_full_ms < self.tpot_base_ms:
+            raise ValueError("slots must be >= 1 and tpot_full_ms >= tpot_base_ms")
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,14 +182,16 @@ class ReplicaChoice:
 
 @dataclass(frozen=True, eq=False)
 class _Keys:
-    """Per replica set, computed once per tuple of ids: rendezvous salts, and where each
-    replica's index slot is (``slots[position]``, ``position[slot]``, all as one mask)."""
+    """Per replica set, computed once per tuple of ids: rendezvous salts, where each
+    replica's index slot is (``slots[position]``, ``position[slot]``, all as one mask),
+    and masks already unpacked to per-position booleans."""
 
     salts: npt.NDArray[np.uint64]
     position: dict[int, int]
     slots: npt.NDArray[np.intp]
     present: int
     nbytes: int
+    unpacked: dict[int, BoolArray] = field(default_factory=dict)
 
 
 class ReplicaChooser:
@@ -183,6 +203,7 @@ class ReplicaChooser:
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._keys: dict[tuple[str, ...], _Keys] = {}
         self._curves: dict[PoolTiming, tuple[FloatArray, FloatArray]] = {}
+        self._turn = 0
 
     def choose(
         self,
@@ -204,8 +225,9 @@ class ReplicaChooser:
         if n == 0:
             raise RoutingError("no replica of the pool is available")
         total = float(np.dot(load, avail))
-        cap = math.ceil(self.settings.load_factor * (total + 1.0) / n)
-        eligible = avail & (load <= cap - 1.0)
+        bound = math.ceil(self.settings.load_factor * (total + 1.0) / n)
+        bound = max(bound, min(self.settings.min_bound, timing.slots))
+        eligible = avail & (load <= bound - 1.0)
         if not eligible.any():
             eligible = avail & (load <= load[avail].min())
 
@@ -224,6 +246,7 @@ class ReplicaChooser:
             limit = float(max(request.prompt_tokens - 1, 0))
             cached = np.minimum(depth * float(self.settings.block_tokens), limit)
             score = np.interp(load, *curve) - timing.prefill_ms_per_token * cached
+            # Plain argmin: matched replicas rarely tie, and turns cost ~3 µs here.
             at = int(np.where(eligible, score, np.inf).argmin())
             reason = "prefix" if depth[at] > 0 else "least_wait"
             return self._answer(table, at, reason, request, load, timing, depth)
@@ -242,14 +265,14 @@ class ReplicaChooser:
             at = int(np.where(eligible, x, np.uint64(0)).argmax())
             return self._answer(table, at, "hash", request, load, timing, None)
 
-        score = np.interp(load, *curve)
-        at = int(np.where(eligible, score, np.inf).argmin())
+        at = self._best(eligible, np.interp(load, *curve))
         return self._answer(table, at, "least_wait", request, load, timing, None)
 
     def record(self, request: ReplicaRequest, replica_id: str, *, prefix_affinity: bool) -> None:
         """Learn that ``replica_id`` served ``request`` (call it with the replica that
         actually took the request, after any failover): its prefix goes into the index
         (affinity on) and its session now belongs there."""
+        self._turn += 1
         if prefix_affinity and request.block_hashes:
             self.index.record(request.block_hashes, replica_id)
         sid = request.session_id
@@ -277,6 +300,13 @@ class ReplicaChooser:
         """A replica left the pool: drop its prefixes (sessions move on their next request)."""
         self.index.forget(replica_id)
         self._keys.clear()
+
+    def _best(self, eligible: BoolArray, score: FloatArray) -> int:
+        """The eligible replica of least score; equal bests take turns (one turn per
+        ``record``), so an idle pool is not filled from its first replica up."""
+        masked = np.where(eligible, score, np.inf)
+        ties = np.flatnonzero(masked <= masked.min() + _TIE_MS)
+        return int(ties[self._turn % len(ties)]) if len(ties) > 1 else int(ties[0])
 
     def _keys_of(self, ids: tuple[str, ...]) -> _Keys:
         found = self._keys.get(ids)
@@ -309,10 +339,16 @@ class ReplicaChooser:
                 continue
             found = True
             if rest.bit_count() > _FEW_BITS:
-                # A prefix many replicas hold (a common system prompt): unpack the mask.
-                raw = np.frombuffer(rest.to_bytes(keys.nbytes, "little"), dtype=np.uint8)
-                bits = np.unpackbits(raw, bitorder="little")
-                depth[bits[keys.slots] > 0] = blocks
+                # A prefix many replicas hold (a common system prompt): unpack the mask,
+                # once per distinct mask, as the same few recur request after request.
+                held = keys.unpacked.get(rest)
+                if held is None:
+                    if len(keys.unpacked) >= _MEMO_MASKS:
+                        keys.unpacked.clear()
+                    raw = np.frombuffer(rest.to_bytes(keys.nbytes, "little"), dtype=np.uint8)
+                    held = np.unpackbits(raw, bitorder="little")[keys.slots] > 0
+                    keys.unpacked[rest] = held
+                depth[held] = blocks
                 continue
             while rest:
                 low = rest & -rest
