@@ -25,6 +25,7 @@ import it.
     │   ├── UpstreamTimeout         no first byte in time (retryable)
     │   ├── UpstreamStatusError     5xx or 429 before the first byte (retryable)
     │   ├── UpstreamInvalidAnswer   a 200 that is not an OpenAI answer (retryable)
+    │   │   └── EngineMetricsError  a /metrics page with none of vLLM's, SGLang's or TGI's metrics
     │   └── UpstreamStreamError     failed after bytes reached the client (never retried)
     ├── TableError                  the live tables in Redis could not be read or written
     ├── SimulationError             bad simulator input (simulator.errors)
@@ -160,6 +161,12 @@ class UpstreamStatusError(UpstreamError):
 class UpstreamInvalidAnswer(UpstreamError):
     """The endpoint answered 200 with something that is not an OpenAI answer (an HTML
     page from a load balancer, a truncated or non-object JSON body)."""
+
+
+class EngineMetricsError(UpstreamInvalidAnswer):
+    """A replica's metrics endpoint answered, but with none of the load metrics of a known
+    engine (vLLM, SGLang, TGI): not Prometheus text, another program, or an engine that
+    has not recorded anything yet. Raised by the scraper, never on the request path."""
 
 
 class UpstreamStreamError(UpstreamError):

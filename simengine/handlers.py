@@ -67,8 +67,11 @@ class Handlers:
         rid = eng.next_id("chatcmpl" if chat else "cmpl")
         start = eng.tape_start()
         created = int(time.time())
+        # Hashed before queueing, so the batch slot is not held while hashing.
+        hashes = eng.prefix_cache.hashes(req.prompt_text)
         resp: web.StreamResponse
         await eng.slots.acquire()
+        prefill_ms = eng.admit_prefill(req, hashes, output_tokens)
         try:
             if req.stream:
                 frames = StreamFrames(chat=chat, rid=rid, created=created, model=eng.served_model)
@@ -78,13 +81,12 @@ class Handlers:
                 chunks.append(frames.final(finish))
                 if req.include_usage:
                     chunks.append(frames.usage(req.prompt_tokens, output_tokens))
-                prefill_ms = eng.profile.prefill_ms(req.prompt_tokens)
                 resp = await self._stream(
                     request, chunks, prefill_ms, first_token, first_token + output_tokens - 1
                 )
             else:
                 if eng.time_scale > 0:
-                    await asyncio.sleep(eng.seconds(eng.profile.prefill_ms(req.prompt_tokens)))
+                    await asyncio.sleep(eng.seconds(prefill_ms))
                     await asyncio.sleep(eng.seconds(eng.tpot_ms() * (output_tokens - 1)))
                 body = completion_body(
                     chat=chat,
@@ -97,6 +99,7 @@ class Handlers:
                 )
                 resp = web.Response(body=body, content_type=_JSON)
         finally:
+            eng.release_kv(req, output_tokens)
             eng.slots.release()
         eng.counters.record_success(finish, req.prompt_tokens, output_tokens)
         return resp
@@ -196,7 +199,9 @@ class Handlers:
             model_name=eng.served_model,
             running=eng.running,
             waiting=eng.waiting,
-            batch_slots=eng.profile.batch_slots,
+            kv_cache_usage=eng.kv_cache_usage,
+            prefix_queries_tokens=eng.prefix_cache.queries_tokens,
+            prefix_hits_tokens=eng.prefix_cache.hits_tokens,
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

@@ -1,4 +1,4 @@
-"""Prometheus exposition of the simulated engine, using vLLM's metric names."""
+"""Prometheus exposition of the simulated engine, using current vLLM's metric names."""
 
 from __future__ import annotations
 
@@ -36,25 +36,49 @@ def _label(value: str) -> str:
 
 
 def render_metrics(
-    counters: EngineCounters, *, model_name: str, running: int, waiting: int, batch_slots: int
+    counters: EngineCounters,
+    *,
+    model_name: str,
+    running: int,
+    waiting: int,
+    kv_cache_usage: float,
+    prefix_queries_tokens: int = 0,
+    prefix_hits_tokens: int = 0,
 ) -> str:
     """Prometheus text format (version 0.0.4) of the engine's gauges and counters.
 
-    Gauges ``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` and
-    ``vllm:gpu_cache_usage_perc`` (here: busy batch slots / batch slots, 0-1) mirror vLLM,
-    so routers scrape the simulator exactly like a real replica.
+    The names are current vLLM's (V1 engine, ``vllm/v1/metrics/loggers.py``), so routers
+    scrape the simulator exactly like a real replica: gauges ``vllm:num_requests_running``,
+    ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (0-1), and the prefix
+    cache counters ``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total``
+    (prompt tokens looked up / found cached). ``vllm:gpu_cache_usage_perc``, the KV gauge's
+    name before vLLM 0.9, is served too with the same value, as vLLM did while it was
+    deprecated, for scrapers that still read it.
     """
     model = f'model_name="{_label(model_name)}"'
+    usage = f"{kv_cache_usage:.6f}"
     lines = [
-        "# HELP vllm:num_requests_running Number of requests currently running on GPU.",
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
         "# TYPE vllm:num_requests_running gauge",
         f"vllm:num_requests_running{{{model}}} {running}",
         "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
         "# TYPE vllm:num_requests_waiting gauge",
         f"vllm:num_requests_waiting{{{model}}} {waiting}",
-        "# HELP vllm:gpu_cache_usage_perc Fraction of batch slots in use (simulated KV usage).",
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{model}}} {usage}",
+        "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage."
+        "DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
         "# TYPE vllm:gpu_cache_usage_perc gauge",
-        f"vllm:gpu_cache_usage_perc{{{model}}} {running / batch_slots:.6f}",
+        f"vllm:gpu_cache_usage_perc{{{model}}} {usage}",
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of "
+        "queried tokens.",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{{{model}}} {prefix_queries_tokens}",
+        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached "
+        "tokens.",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f"vllm:prefix_cache_hits_total{{{model}}} {prefix_hits_tokens}",
         "# HELP vllm:request_success_total Count of successfully processed requests.",
         "# TYPE vllm:request_success_total counter",
     ]

@@ -11,6 +11,9 @@ from typing import Any
 
 import orjson
 
+# The engine's tokenizer stand-in: a token is about 4 characters of English text.
+CHARS_PER_TOKEN = 4
+
 
 class InvalidRequest(Exception):
     """A request the engine rejects, rendered as an OpenAI error body.
@@ -46,12 +49,16 @@ class GenerationRequest:
         max_tokens: requested completion cap, tokens, or None to let the engine draw one.
         stream: answer with server-sent events.
         include_usage: ``stream_options.include_usage``: append a usage chunk to the stream.
+        prompt_text: the prompt as one string, for the prefix cache: a chat's messages as
+            ``role\ncontent\n`` each, so conversations sharing leading messages share a
+            leading string; token-id prompts as their decimal text.
     """
 
     prompt_tokens: int
     max_tokens: int | None
     stream: bool
     include_usage: bool
+    prompt_text: str = ""
 
 
 def parse_body(body: bytes, served_model: str) -> dict[str, Any]:
@@ -78,7 +85,7 @@ def parse_body(body: bytes, served_model: str) -> dict[str, Any]:
 
 def tokens_for_chars(chars: int) -> int:
     """Approximate token count of ``chars`` characters of text: ``ceil(chars / 4)``, at least 1."""
-    return max(1, -(-chars // 4))
+    return max(1, -(-chars // CHARS_PER_TOKEN))
 
 
 def parse_generation(payload: dict[str, Any], *, chat: bool) -> GenerationRequest:
@@ -88,7 +95,7 @@ def parse_generation(payload: dict[str, Any], *, chat: bool) -> GenerationReques
         InvalidRequest: 400 on missing ``messages``/``prompt``, ``n`` other than 1, or a
             non-positive or non-integer ``max_tokens``/``max_completion_tokens``.
     """
-    chars = _chat_chars(payload) if chat else _prompt_chars(payload)
+    chars, text = _chat_prompt(payload) if chat else _completion_prompt(payload)
     n = payload.get("n")
     if n is not None and n != 1:
         raise InvalidRequest(400, "only n=1 is supported", param="n")
@@ -98,7 +105,7 @@ def parse_generation(payload: dict[str, Any], *, chat: bool) -> GenerationReques
     options = payload.get("stream_options")
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     stream = bool(payload.get("stream"))
-    return GenerationRequest(tokens_for_chars(chars), max_tokens, stream, include_usage)
+    return GenerationRequest(tokens_for_chars(chars), max_tokens, stream, include_usage, text)
 
 
 def parse_embedding_inputs(payload: dict[str, Any]) -> list[str]:
@@ -121,34 +128,43 @@ def parse_embedding_inputs(payload: dict[str, Any]) -> list[str]:
     raise InvalidRequest(400, "'input' must be a string or a non-empty list", param="input")
 
 
-def _chat_chars(payload: dict[str, Any]) -> int:
+def _chat_prompt(payload: dict[str, Any]) -> tuple[int, str]:
+    """Characters of the messages' text content, and the rendered prompt."""
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest(400, "'messages' must be a non-empty list", param="messages")
     chars = 0
+    parts: list[str] = []
     for message in messages:
         if not isinstance(message, dict):
             raise InvalidRequest(400, "each message must be an object", param="messages")
         content = message.get("content")
+        role = message.get("role")
+        parts.append(f"{role}\n")
         if isinstance(content, str):
             chars += len(content)
+            parts.append(content)
         elif isinstance(content, list):
             # Multi-part content: only text parts count towards the prompt.
             for part in content:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     chars += len(part["text"])
-    return chars
+                    parts.append(part["text"])
+        parts.append("\n")
+    return chars, "".join(parts)
 
 
-def _prompt_chars(payload: dict[str, Any]) -> int:
+def _completion_prompt(payload: dict[str, Any]) -> tuple[int, str]:
+    """Characters of the prompt (4 per token id), and the prompt as one string."""
     prompt = payload.get("prompt")
     if isinstance(prompt, str):
-        return len(prompt)
+        return len(prompt), prompt
     if isinstance(prompt, list) and prompt:
         if all(isinstance(p, str) for p in prompt):
-            return sum(len(p) for p in prompt)
+            return sum(len(p) for p in prompt), "".join(prompt)
         if all(isinstance(p, int) for p in prompt):
-            return 4 * len(prompt)  # already token ids
+            # Already token ids.
+            return CHARS_PER_TOKEN * len(prompt), " ".join(map(str, prompt))
     raise InvalidRequest(400, "'prompt' must be a string or a list of strings", param="prompt")
 
 

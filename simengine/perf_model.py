@@ -9,7 +9,9 @@ The model is deliberately simple:
 - decode time per output token (TPOT) grows linearly with batch occupancy, from
   ``tpot_base_ms`` with one running sequence to ``tpot_full_ms`` with every batch slot busy;
 - as in vLLM, the prefill step emits the first output token, so a request's service time
-  is its prefill plus ``output_tokens - 1`` decode steps.
+  is its prefill plus ``output_tokens - 1`` decode steps;
+- with a prefix cache, prefill runs only on the prompt tokens not already cached: callers
+  pass ``prefill_ms`` the uncached count.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class EngineProfile:
         tpot_full_ms: time per output token, ms, with all ``batch_slots`` busy.
         embed_tokens_per_s: input tokens embedded per second.
         max_context: longest prompt plus completion, tokens.
+        kv_cache_tokens: KV-cache capacity of one replica, tokens (what is left of GPU
+            memory after the weights, at vLLM's default 0.9 utilisation); it sizes the
+            prefix cache. 0 means no prefix caching (embedders, hand-made test profiles).
 
     Raises:
         ValueError: on non-positive rates or slots, or ``tpot_full_ms < tpot_base_ms``.
@@ -47,10 +52,13 @@ class EngineProfile:
     tpot_full_ms: float
     embed_tokens_per_s: float
     max_context: int
+    kv_cache_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.batch_slots < 1 or self.max_context < 1:
             raise ValueError(f"{self.name}: batch_slots and max_context must be >= 1")
+        if self.kv_cache_tokens < 0:
+            raise ValueError(f"{self.name}: kv_cache_tokens must be >= 0")
         if min(self.prefill_tokens_per_s, self.embed_tokens_per_s, self.tpot_base_ms) <= 0:
             raise ValueError(f"{self.name}: rates and tpot_base_ms must be > 0")
         if self.tpot_full_ms < self.tpot_base_ms:
@@ -126,22 +134,24 @@ def _profiles(*profiles: EngineProfile) -> Mapping[str, EngineProfile]:
 # roofline estimates: base TPOT ~ bf16 weight bytes per GPU / HBM bandwidth plus overhead,
 # prefill ~ 2 * params FLOPs per token at 35-50% MFU. Batch slots follow vLLM's default
 # max_num_seqs=256 where KV memory allows, fewer on 24-32 GB cards. Llama runs in bf16
-# (fp16 on V100, which lacks bf16).
+# (fp16 on V100, which lacks bf16). KV capacity: free memory / KV bytes per token, which is
+# layers x KV heads x head dim x 2 (K and V) x 2 bytes: 128 KiB for Llama 3.1 8B (32 x 8 x
+# 128), 320 KiB for 70B (80 x 8 x 128).
 PROFILES: Mapping[str, EngineProfile] = _profiles(
-    # 8x H100-80G SXM, TP8: 140 GB of weights at 3.35 TB/s per GPU.
-    EngineProfile("h100-llama-3.1-70b", 256, 20_000.0, 14.0, 45.0, 20_000.0, 131_072),
+    # 8x H100-80G SXM, TP8: 140 GB of weights at 3.35 TB/s per GPU; ~430 GB of KV cache.
+    EngineProfile("h100-llama-3.1-70b", 256, 20_000.0, 14.0, 45.0, 20_000.0, 131_072, 1_300_000),
     # 8x A100-80G SXM, TP8: 2.0 TB/s per GPU, ~1/3 of H100 dense bf16 FLOPs.
-    EngineProfile("a100-llama-3.1-70b", 256, 8_000.0, 25.0, 75.0, 8_000.0, 131_072),
+    EngineProfile("a100-llama-3.1-70b", 256, 8_000.0, 25.0, 75.0, 8_000.0, 131_072, 1_300_000),
     # 1x H100-80G: 16 GB of weights, ~55 GB left for KV cache.
-    EngineProfile("h100-llama-3.1-8b", 256, 25_000.0, 7.0, 28.0, 25_000.0, 131_072),
+    EngineProfile("h100-llama-3.1-8b", 256, 25_000.0, 7.0, 28.0, 25_000.0, 131_072, 440_000),
     # 1x A100-80G.
-    EngineProfile("a100-llama-3.1-8b", 256, 10_000.0, 11.0, 45.0, 10_000.0, 131_072),
+    EngineProfile("a100-llama-3.1-8b", 256, 10_000.0, 11.0, 45.0, 10_000.0, 131_072, 440_000),
     # 1x L4-24G: 300 GB/s; ~5 GB of KV cache bounds batch and context.
-    EngineProfile("l4-llama-3.1-8b", 32, 3_000.0, 58.0, 95.0, 3_000.0, 16_384),
+    EngineProfile("l4-llama-3.1-8b", 32, 3_000.0, 58.0, 95.0, 3_000.0, 16_384, 40_000),
     # 1x A10G-24G (AWS g5): 600 GB/s, ~70 dense fp16 TFLOPs.
-    EngineProfile("a10g-llama-3.1-8b", 32, 2_200.0, 30.0, 60.0, 2_200.0, 16_384),
-    # 1x V100-32G, fp16: 900 GB/s, no FlashAttention.
-    EngineProfile("v100-llama-3.1-8b", 64, 2_000.0, 22.0, 60.0, 2_000.0, 32_768),
+    EngineProfile("a10g-llama-3.1-8b", 32, 2_200.0, 30.0, 60.0, 2_200.0, 16_384, 40_000),
+    # 1x V100-32G, fp16: 900 GB/s, no FlashAttention; ~12 GB of KV cache.
+    EngineProfile("v100-llama-3.1-8b", 64, 2_000.0, 22.0, 60.0, 2_000.0, 32_768, 95_000),
     # BAAI/bge-large-en-v1.5 (335M params, 512-token window); TPOT is unused by embedders.
     EngineProfile("a10g-bge-large", 64, 30_000.0, 5.0, 10.0, 30_000.0, 512),
     EngineProfile("l4-bge-large", 64, 15_000.0, 8.0, 16.0, 15_000.0, 512),

@@ -14,6 +14,7 @@ from simengine.metrics import EngineCounters
 from simengine.parsing import GenerationRequest, InvalidRequest
 from simengine.payloads import TextTape
 from simengine.perf_model import EngineProfile
+from simengine.prefix_cache import DEFAULT_BLOCK_TOKENS, PrefixCache
 
 _OUTPUT_MEDIAN_TOKENS = 200.0
 _OUTPUT_SIGMA = 0.9
@@ -29,10 +30,18 @@ class SimEngine:
         served_model: the model name requests must ask for (e.g. ``meta-llama/Llama-3.1-8B``).
         seed: seeds the RNG; same seed and same request sequence give the same outputs.
         time_scale: multiplies every simulated sleep; 0 disables sleeping altogether.
+        block_tokens: tokens per KV block (vLLM ``--block-size``); the prefix cache holds
+            ``profile.kv_cache_tokens // block_tokens`` blocks.
     """
 
     def __init__(
-        self, profile: EngineProfile, served_model: str, *, seed: int = 0, time_scale: float = 1.0
+        self,
+        profile: EngineProfile,
+        served_model: str,
+        *,
+        seed: int = 0,
+        time_scale: float = 1.0,
+        block_tokens: int = DEFAULT_BLOCK_TOKENS,
     ) -> None:
         if time_scale < 0:
             raise ValueError("time_scale must be >= 0")
@@ -44,6 +53,9 @@ class SimEngine:
         self.slots = BatchSlots(profile.batch_slots)
         self.faults = FaultConfig()
         self.counters = EngineCounters()
+        self.prefix_cache = PrefixCache(profile.kv_cache_tokens // block_tokens, block_tokens)
+        # KV tokens reserved by admitted requests (prompt + planned output, at admission).
+        self.kv_tokens_in_use = 0
         self.created = int(time.time())
         self._tape = TextTape(self.rng)
         self._ids = itertools.count(1)
@@ -58,6 +70,30 @@ class SimEngine:
     def waiting(self) -> int:
         """Requests queued for a batch slot."""
         return self.slots.waiting
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Fraction of KV capacity held by admitted requests, 0-1 (vLLM's
+        ``kv_cache_usage_perc``: cached blocks nobody uses count as free). Without a KV
+        capacity in the profile: busy batch slots / batch slots."""
+        capacity = self.profile.kv_cache_tokens
+        if capacity <= 0:
+            return self.slots.running / self.profile.batch_slots
+        return min(self.kv_tokens_in_use / capacity, 1.0)
+
+    def admit_prefill(self, req: GenerationRequest, hashes: list[int], output_tokens: int) -> float:
+        """Schedule ``req`` once it holds a batch slot: look its prompt up in the prefix
+        cache, reserve its KV, and return its prefill time, ms (uncached tokens only).
+
+        The caller must :meth:`release_kv` the same ``req``/``output_tokens`` exactly once.
+        """
+        cached = self.prefix_cache.admit(hashes, req.prompt_tokens)
+        self.kv_tokens_in_use += req.prompt_tokens + output_tokens
+        return self.profile.prefill_ms(req.prompt_tokens - cached)
+
+    def release_kv(self, req: GenerationRequest, output_tokens: int) -> None:
+        """Return the KV reserved by :meth:`admit_prefill`."""
+        self.kv_tokens_in_use -= req.prompt_tokens + output_tokens
 
     def set_faults(self, faults: FaultConfig) -> None:
         """Replace the fault config; turning ``hang`` off releases hung requests."""

@@ -1,0 +1,400 @@
+"""Choose a replica inside the chosen pool: least predicted wait, prefix and session affinity.
+
+``ReplicaChooser.choose(request, table, timing, prefix_affinity=...)`` is pure arithmetic
+over one pool's replicas (no I/O, no clock, vectorised with NumPy); the only state is
+what ``record`` taught it: the approximate prefix index and the session map.
+
+1. Bounded load (consistent hashing with bounded loads, Mirrokni et al. 2018): a replica
+   is eligible only if taking the request keeps its load within ``load_factor`` (c) x the
+   mean load after the request, rounded up: ``load + 1 <= ceil(c (total + 1) / n)`` over
+   the ``n`` available replicas, or within ``min_bound`` requests (see
+   :class:`AffinitySettings`). Rounding up keeps the least loaded replica eligible (with
+   whole-request loads), so the set is never empty. Load is the larger of the gateway's
+   in-flight count and the engine's running + waiting, so work from elsewhere counts.
+   Should fractional loads leave no replica eligible, the least loaded ones are.
+2. Among eligible replicas, in this order:
+   - ``session``: the replica this session used last;
+   - ``prefix`` (affinity on): least predicted time to first token, where a replica's
+     matched prefix (from the index) is prefill it skips; so the longest match wins
+     unless its queue costs more than the prefill it saves;
+   - ``hash``: rendezvous hashing of the session id, or (affinity on) of the prompt's
+     first block, so gateways that never talked agree on where a new prefix or session
+     goes, and removing a replica moves only its own keys;
+   - ``least_wait``: least predicted time to first token.
+
+   Replicas with equal least predicted wait take turns.
+
+Predicted time to first token, ms: queueing for a batch slot (requests beyond the slots,
+each holding one for ``mean_output_tokens`` decode steps of a full batch, ``slots`` at a
+time) + one decode step at the occupancy the request joins + prefill of the uncached
+prompt tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from base.errors import RoutingError
+from base.types import BoolArray, FloatArray
+from router.prefix_index import PrefixIndex, stable_hash64
+
+__all__ = [
+    "AffinitySettings",
+    "PoolTiming",
+    "ReplicaChoice",
+    "ReplicaChooser",
+    "ReplicaRequest",
+    "ReplicaTable",
+]
+
+_U64 = (1 << 64) - 1
+# murmur3's 64-bit finaliser constants: rendezvous weights need well-mixed bits.
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+_MEMO_TABLES = 1024
+# Above this many replicas in one match level, unpacking the mask beats walking its bits.
+_FEW_BITS = 8
+_MEMO_MASKS = 4096
+# Scores this close (ms) are equal: such replicas take turns.
+_TIE_MS = 1e-6
+# Beyond any real load: the last interpolation point of the wait curve.
+_LOAD_MAX = 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class AffinitySettings:
+    """How the choice trades affinity for balance.
+
+    ``load_factor`` (c > 1) bounds any replica's load to c x the mean.
+
+    ``min_bound`` (requests, capped at the pool's batch slots) is a load no replica is
+    refused for: at a handful of requests per replica the relative bound would move a
+    shared prefix, and pay its whole prefill again elsewhere, to avoid an imbalance of one
+    or two requests that costs nothing while batch slots are free.
+
+    ``block_tokens`` is the prompt tokens one block hash stands for (256 characters ~ 64
+    tokens for ``prompt_block_hashes``; 512 for the Mooncake trace's ``hash_ids``).
+    ``blocks_per_replica`` sizes each replica's share of the index, ``max_sessions`` the
+    session map (least recently used dropped first).
+    """
+
+    load_factor: float = 1.25
+    min_bound: int = 4
+    block_tokens: int = 64
+    blocks_per_replica: int = 8192
+    max_sessions: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.load_factor <= 1.0:
+            raise ValueError("load_factor must be > 1")
+        if min(self.min_bound, self.block_tokens, self.blocks_per_replica, self.max_sessions) < 1:
+            raise ValueError(
+                "min_bound, block_tokens, blocks_per_replica and max_sessions must be >= 1"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTiming:
+    """One replica's latency envelope (the pool's profile). Times in ms.
+
+    ``slots`` is the batch size a replica runs at once; TPOT grows linearly from
+    ``tpot_base_ms`` (one sequence) to ``tpot_full_ms`` (all slots busy);
+    ``mean_output_tokens`` is how long a request ahead holds its slot.
+    """
+
+    slots: int
+    prefill_ms_per_token: float
+    tpot_base_ms: float
+    tpot_full_ms: float
+    mean_output_tokens: float = 200.0
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.tpot_full_ms < self.tpot_base_ms:
+            raise ValueError("slots must be >= 1 and tpot_full_ms >= tpot_base_ms")
+
+
+@dataclass(frozen=True, eq=False)
+class ReplicaTable:
+    """One pool's replicas as the choice sees them; arrays aligned with ``ids``.
+
+    ``inflight``: requests this gateway fleet has in flight there. ``engine_queue``:
+    running + waiting as the engine last reported (NaN: not known). ``available``: may
+    take traffic (healthy, not draining or cordoned).
+    """
+
+    ids: tuple[str, ...]
+    inflight: FloatArray
+    engine_queue: FloatArray
+    available: BoolArray
+
+    @classmethod
+    def build(
+        cls,
+        ids: Sequence[str],
+        inflight: npt.ArrayLike | None = None,
+        engine_queue: npt.ArrayLike | None = None,
+        available: npt.ArrayLike | None = None,
+    ) -> ReplicaTable:
+        """A table with defaults: nothing in flight, engine load unknown, all available."""
+        n = len(ids)
+
+        def floats(values: npt.ArrayLike | None, fill: float) -> FloatArray:
+            if values is None:
+                return np.full(n, fill)
+            return np.asarray(values, dtype=np.float64).reshape(n)
+
+        avail = np.ones(n, dtype=np.bool_) if available is None else np.asarray(available)
+        return cls(
+            tuple(ids), floats(inflight, 0.0), floats(engine_queue, math.nan), avail.astype(bool)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRequest:
+    """What the choice needs of a request: prompt size (tokens), the prompt's chained
+    block hashes (``prompt_block_hashes``, or a trace's block ids), and a session id
+    (the ``x-session-id`` header) if the client sent one."""
+
+    prompt_tokens: int
+    block_hashes: Sequence[int] = ()
+    session_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaChoice:
+    """The chosen replica: position in the table, id, why (``session``, ``prefix``,
+    ``hash``, ``least_wait``), prompt tokens it likely has cached, and its predicted time
+    to first token (ms)."""
+
+    index: int
+    replica_id: str
+    reason: str
+    matched_tokens: int
+    predicted_ms: float
+
+
+@dataclass(frozen=True, eq=False)
+class _Keys:
+    """Per replica set, computed once per tuple of ids: rendezvous salts, where each
+    replica's index slot is (``slots[position]``, ``position[slot]``, all as one mask),
+    and masks already unpacked to per-position booleans."""
+
+    salts: npt.NDArray[np.uint64]
+    position: dict[int, int]
+    slots: npt.NDArray[np.intp]
+    present: int
+    nbytes: int
+    unpacked: dict[int, BoolArray] = field(default_factory=dict)
+
+
+class ReplicaChooser:
+    """Chooses replicas of one pool and learns from what it chose (one per pool)."""
+
+    def __init__(self, settings: AffinitySettings | None = None) -> None:
+        self.settings = settings or AffinitySettings()
+        self.index = PrefixIndex(self.settings.blocks_per_replica)
+        self._sessions: OrderedDict[str, str] = OrderedDict()
+        self._keys: dict[tuple[str, ...], _Keys] = {}
+        self._curves: dict[PoolTiming, tuple[FloatArray, FloatArray]] = {}
+        self._turn = 0
+
+    def choose(
+        self,
+        request: ReplicaRequest,
+        table: ReplicaTable,
+        timing: PoolTiming,
+        *,
+        prefix_affinity: bool,
+    ) -> ReplicaChoice:
+        """The replica for ``request``. Reads the index and the sessions and learns
+        nothing (only ``record`` does); it may fill its caches of per-pool constants.
+
+        Raises:
+            RoutingError: if no replica of the table is available.
+        """
+        load = np.fmax(table.inflight, table.engine_queue)
+        avail = table.available
+        n = int(np.count_nonzero(avail))
+        if n == 0:
+            raise RoutingError("no replica of the pool is available")
+        total = float(np.dot(load, avail))
+        bound = math.ceil(self.settings.load_factor * (total + 1.0) / n)
+        bound = max(bound, min(self.settings.min_bound, timing.slots))
+        eligible = avail & (load <= bound - 1.0)
+        if not eligible.any():
+            eligible = avail & (load <= load[avail].min())
+
+        keys = self._keys_of(table.ids)
+        hashes = request.block_hashes
+        depth = self._depths(hashes, keys) if prefix_affinity and hashes else None
+        sid = request.session_id
+        if sid is not None:
+            last = self._sessions.get(sid)
+            if last is not None and last in table.ids:
+                at = table.ids.index(last)
+                if eligible[at]:
+                    return self._answer(table, at, "session", request, load, timing, depth)
+        curve = self._curve(timing)
+        if depth is not None:
+            limit = float(max(request.prompt_tokens - 1, 0))
+            cached = np.minimum(depth * float(self.settings.block_tokens), limit)
+            score = np.interp(load, *curve) - timing.prefill_ms_per_token * cached
+            # Plain argmin: matched replicas rarely tie, and turns cost ~3 µs here.
+            at = int(np.where(eligible, score, np.inf).argmin())
+            reason = "prefix" if depth[at] > 0 else "least_wait"
+            return self._answer(table, at, reason, request, load, timing, depth)
+
+        key = stable_hash64(sid) if sid is not None else None
+        if key is None and prefix_affinity and hashes:
+            key = hashes[0] & _U64
+        if key is not None:
+            # Rendezvous: the eligible replica whose mixed (key, replica) weight is highest.
+            x = keys.salts ^ np.uint64(key)
+            x ^= x >> _S33
+            x *= _M1
+            x ^= x >> _S33
+            x *= _M2
+            x ^= x >> _S33
+            at = int(np.where(eligible, x, np.uint64(0)).argmax())
+            return self._answer(table, at, "hash", request, load, timing, None)
+
+        at = self._best(eligible, np.interp(load, *curve))
+        return self._answer(table, at, "least_wait", request, load, timing, None)
+
+    def record(self, request: ReplicaRequest, replica_id: str, *, prefix_affinity: bool) -> None:
+        """Learn that ``replica_id`` served ``request`` (call it with the replica that
+        actually took the request, after any failover): its prefix goes into the index
+        (affinity on) and its session now belongs there."""
+        self._turn += 1
+        if prefix_affinity and request.block_hashes:
+            self.index.record(request.block_hashes, replica_id)
+        sid = request.session_id
+        if sid is not None:
+            sessions = self._sessions
+            sessions[sid] = replica_id
+            sessions.move_to_end(sid)
+            if len(sessions) > self.settings.max_sessions:
+                sessions.popitem(last=False)
+
+    def pick(
+        self,
+        request: ReplicaRequest,
+        table: ReplicaTable,
+        timing: PoolTiming,
+        *,
+        prefix_affinity: bool,
+    ) -> ReplicaChoice:
+        """``choose`` then ``record`` the choice: the common path."""
+        choice = self.choose(request, table, timing, prefix_affinity=prefix_affinity)
+        self.record(request, choice.replica_id, prefix_affinity=prefix_affinity)
+        return choice
+
+    def forget(self, replica_id: str) -> None:
+        """A replica left the pool: drop its prefixes (sessions move on their next request)."""
+        self.index.forget(replica_id)
+        self._keys.clear()
+
+    def _best(self, eligible: BoolArray, score: FloatArray) -> int:
+        """The eligible replica of least score; equal bests take turns (one turn per
+        ``record``), so an idle pool is not filled from its first replica up."""
+        masked = np.where(eligible, score, np.inf)
+        ties = np.flatnonzero(masked <= masked.min() + _TIE_MS)
+        return int(ties[self._turn % len(ties)]) if len(ties) > 1 else int(ties[0])
+
+    def _keys_of(self, ids: tuple[str, ...]) -> _Keys:
+        found = self._keys.get(ids)
+        if found is not None:
+            return found
+        if len(self._keys) >= _MEMO_TABLES:
+            self._keys.clear()
+        salts = np.array([stable_hash64(rid) for rid in ids], dtype=np.uint64)
+        slots = [self.index.slot(rid) for rid in ids]
+        keys = _Keys(
+            salts=salts,
+            position={slot: i for i, slot in enumerate(slots)},
+            slots=np.array(slots, dtype=np.intp),
+            present=sum(1 << slot for slot in slots),
+            nbytes=max(slots, default=0) // 8 + 1,
+        )
+        self._keys[ids] = keys
+        return keys
+
+    def _depths(self, hashes: Sequence[int], keys: _Keys) -> FloatArray | None:
+        """Matched leading blocks per replica of the table; None if none matches."""
+        levels = self.index.match(hashes)
+        if not levels:
+            return None
+        depth = np.zeros(len(keys.slots))
+        found = False
+        for blocks, level in levels:
+            rest = level & keys.present
+            if not rest:
+                continue
+            found = True
+            if rest.bit_count() > _FEW_BITS:
+                # A prefix many replicas hold (a common system prompt): unpack the mask,
+                # once per distinct mask, as the same few recur request after request.
+                held = keys.unpacked.get(rest)
+                if held is None:
+                    if len(keys.unpacked) >= _MEMO_MASKS:
+                        keys.unpacked.clear()
+                    raw = np.frombuffer(rest.to_bytes(keys.nbytes, "little"), dtype=np.uint8)
+                    held = np.unpackbits(raw, bitorder="little")[keys.slots] > 0
+                    keys.unpacked[rest] = held
+                depth[held] = blocks
+                continue
+            while rest:
+                low = rest & -rest
+                depth[keys.position[low.bit_length() - 1]] = blocks
+                rest ^= low
+        return depth if found else None
+
+    @staticmethod
+    def _wait_ms(load: float, timing: PoolTiming) -> float:
+        """Queueing plus one decode step for a request joining ``load`` requests, ms: the
+        part of the time to first token that depends on the replica's load."""
+        slots = timing.slots
+        ahead = max(load + 1.0 - slots, 0.0)
+        step_ms = (timing.tpot_full_ms - timing.tpot_base_ms) / slots
+        drain_ms = timing.mean_output_tokens * timing.tpot_full_ms / slots
+        return ahead * drain_ms + min(load, slots) * step_ms
+
+    def _curve(self, timing: PoolTiming) -> tuple[FloatArray, FloatArray]:
+        """``_wait_ms`` as interpolation points: it is piecewise linear in the load with
+        breaks at ``slots - 1`` and ``slots``, so ``np.interp`` evaluates it exactly for a
+        whole pool in one call."""
+        found = self._curves.get(timing)
+        if found is not None:
+            return found
+        slots = float(timing.slots)
+        xs = [0.0, slots - 1.0, slots, _LOAD_MAX] if slots > 1 else [0.0, 1.0, _LOAD_MAX]
+        curve = (np.array(xs), np.array([self._wait_ms(x, timing) for x in xs]))
+        self._curves[timing] = curve
+        return curve
+
+    def _answer(
+        self,
+        table: ReplicaTable,
+        at: int,
+        reason: str,
+        request: ReplicaRequest,
+        load: FloatArray,
+        timing: PoolTiming,
+        depth: FloatArray | None,
+    ) -> ReplicaChoice:
+        prompt = request.prompt_tokens
+        blocks = 0 if depth is None else int(depth[at])
+        matched = min(blocks * self.settings.block_tokens, max(prompt - 1, 0))
+        predicted = (
+            self._wait_ms(float(load[at]), timing)
+            + timing.tpot_base_ms
+            + timing.prefill_ms_per_token * (prompt - matched)
+        )
+        return ReplicaChoice(at, table.ids[at], reason, matched, predicted)
