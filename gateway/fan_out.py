@@ -26,7 +26,8 @@ from starlette.responses import Response, StreamingResponse
 from base.errors import UpstreamInvalidAnswer
 from gateway.finish import RequestContext
 from gateway.openai_request import ParsedRequest
-from gateway.proxy import Forwarder, close_unread
+from gateway.proxy import Forwarder
+from gateway.relay import close_unread
 from gateway.streaming import error_event
 from gateway.tracing import NOOP
 from router.scoring import RouteRequest

@@ -9,11 +9,9 @@ Other 4xx answers are the client's problem and pass through unchanged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-import types
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
@@ -31,11 +29,11 @@ from gateway.deadlines import first_byte_deadline_s, hedge_after_s
 from gateway.decisions import DecisionLog
 from gateway.finish import Attempt, RequestContext, RequestFinisher
 from gateway.hedging import race
-from gateway.http_errors import client_message
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
+from gateway.relay import StreamRelays, close_unread
 from gateway.routing_state import RoutingState
-from gateway.streaming import StreamWatch, error_event
+from gateway.streaming import StreamWatch
 from gateway.tracing import NOOP, ChildSpan
 from gateway.upstream_answers import ModelRenamer, checked_usage, unavailable
 from gateway.usage import UsageLog
@@ -68,21 +66,11 @@ class Forwarder:
         self.metrics = metrics
         self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics)
         self._rr: dict[str, int] = {}
-        # Upstream responses of the streams being relayed, so that a shutdown past its
-        # grace can end each one with an error event instead of a cut connection.
-        self._relaying: set[UpstreamResponse] = set()
-        self._cutting = False
+        self.relays = StreamRelays(state, self.finisher, self._failed)
 
     def end_streams(self) -> int:
-        """End every stream being relayed: each client gets an SSE error event (code
-        ``gateway_shutdown``) and a clean end of its response. Not counted against any
-        pool. Returns how many streams were ended. Meant for the end of a shutdown: from
-        then on any stream that breaks is reported the same way. Idempotent."""
-        self._cutting = True
-        ended = list(self._relaying)
-        for resp in ended:
-            resp.close()
-        return len(ended)
+        """End every stream being relayed (``StreamRelays.end_all``)."""
+        return self.relays.end_all()
 
     def _timeouts(self, attempt: Attempt) -> UpstreamTimeouts:
         r = self.state.policy.policy.routing
@@ -413,94 +401,9 @@ class Forwarder:
             self._failed(pool_id, err)
             raise err from exc
         est_cost = route.est_tokens * attempt.usd_per_token if route.est_tokens else 0.0
-        body_iter = self._relay(first, chunks, resp, watch, attempt, route, started, ctx)
+        body_iter = self.relays.relay(first, chunks, resp, watch, attempt, route, started, ctx)
         return StreamingResponse(
             body_iter,
             media_type="text/event-stream",
             headers={**_SSE_HEADERS, **self._headers(attempt, est_cost)},
         )
-
-    async def _relay(
-        self,
-        first: bytes,
-        chunks: AsyncIterator[bytes],
-        resp: UpstreamResponse,
-        watch: StreamWatch,
-        attempt: Attempt,
-        route: RouteRequest,
-        started: float,
-        ctx: RequestContext,
-    ) -> AsyncIterator[bytes]:
-        pool_id = attempt.pool.id
-        status = "200"
-        completed = False
-        rename = ModelRenamer(attempt.pool.upstream_model, route.model)
-        self._relaying.add(resp)
-        try:
-            yield rename(first)
-            async for chunk in chunks:
-                watch.feed(chunk, time.perf_counter())
-                yield rename(chunk)
-            completed = True
-            if watch.error is not None:
-                status = "stream_error"
-                self._failed(pool_id, UpstreamStreamError(watch.error, pool_id=pool_id))
-            elif not watch.done:
-                # Bytes reached the client, so no failover: end the stream with an error
-                # event the client reports, and count it against the pool.
-                status = "stream_incomplete"
-                self._failed(pool_id, UpstreamStreamError("stream ended without [DONE]"))
-                yield error_event(f"pool {pool_id}: the stream ended before it was complete")
-        except UpstreamError as exc:
-            if self._cutting:
-                status = "gateway_shutdown"
-                yield error_event(
-                    "the gateway is shutting down and ended this stream; retry the request",
-                    code="gateway_shutdown",
-                )
-            else:
-                status = "stream_error"
-                self._failed(pool_id, exc)
-                exc.pool_id = exc.pool_id or pool_id
-                yield error_event(client_message(exc))
-        finally:
-            self._relaying.discard(resp)
-            resp.close()
-            self.state.release(pool_id)
-            if status == "200":
-                ttft_ms = (watch.first_at - started) * 1000.0
-                self.state.observe(pool_id, ok=True, ttft_ms=ttft_ms, tpot_ms=watch.tpot_ms())
-                self.state.outlier.on_success(pool_id, time.time())
-            if status == "200" and not completed and not watch.done:
-                status = "client_disconnected"
-            attempt.span.end(
-                None
-                if status in ("200", "client_disconnected", "gateway_shutdown")
-                else UpstreamStreamError(status)
-            )
-            prompt = watch.prompt_tokens if watch.prompt_tokens is not None else route.prompt_tokens
-            completion = watch.output_tokens()
-            cost = (prompt + completion) * attempt.usd_per_token
-            self.finisher.finish(
-                ctx, route, attempt, prompt, completion, cost, "ok" if status == "200" else status,
-                ttft_ms=(watch.first_at - ctx.received_at) * 1000.0, tpot_ms=watch.tpot_ms(),
-            )  # fmt: skip
-
-
-async def close_unread(response: Response) -> None:
-    """Close an answer no client will read, so that its relay records it and releases
-    the engine connection and the pool's in-flight count.
-
-    Only for relays that never started or have finished: a relay with a frame has not
-    started, and is stepped once (its first chunk is already buffered), because closing
-    an unstarted async generator skips its ``finally``.
-    """
-    if not isinstance(response, StreamingResponse):
-        return
-    iterator = response.body_iterator
-    if not isinstance(iterator, types.AsyncGeneratorType):
-        return
-    if iterator.ag_frame is not None:
-        with contextlib.suppress(StopAsyncIteration):
-            await anext(iterator)
-    await iterator.aclose()
