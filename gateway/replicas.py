@@ -66,6 +66,10 @@ class ReplicaPick:
     address: str
     request: ReplicaRequest | None
 
+    def served(self) -> None:
+        """The replica answered: ``PoolReplicas.on_success``."""
+        self.pool.on_success(self)
+
 
 class PoolReplicas:
     """One pool's replicas, the live table the choice reads, and the chooser itself."""

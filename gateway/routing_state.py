@@ -14,7 +14,7 @@ import numpy as np
 
 from base.types import BoolArray, FloatArray
 from gateway.outlier import OutlierDetector
-from gateway.replicas import ReplicaSet
+from gateway.replicas import ReplicaPick, ReplicaSet
 from gateway.retry_budget import RetryBudget
 from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
@@ -116,15 +116,21 @@ class RoutingState:
             local = local + self._engine_extra
         return rank(request, self.policy, self.snapshot, local, blocked)
 
-    def acquire(self, pool_id: str) -> None:
-        """Count one more request in flight on ``pool_id`` (pair with ``release``)."""
+    def acquire(self, pool_id: str, replica: ReplicaPick | None = None) -> None:
+        """Count one more request in flight on ``pool_id`` and its ``replica`` (pair
+        with ``release`` of the same)."""
+        if replica is not None:
+            replica.pool.acquire(replica.index)
         self.inflight[pool_id] += 1
         i = self.policy.index.get(pool_id)
         if i is not None:
             self._inflight_arr[i] += 1
 
-    def release(self, pool_id: str) -> None:
-        """Count one request fewer in flight on ``pool_id``; never below zero."""
+    def release(self, pool_id: str, replica: ReplicaPick | None = None) -> None:
+        """Count one request fewer in flight on ``pool_id`` and its ``replica``; never
+        below zero."""
+        if replica is not None:
+            replica.pool.release(replica.index)
         if self.inflight.get(pool_id, 0) > 0:
             self.inflight[pool_id] -= 1
             i = self.policy.index.get(pool_id)

@@ -14,6 +14,8 @@ import yaml
 
 from adapters.upstream import UpstreamClient
 from adapters.upstream.engine_metrics import EngineKind, EngineLoad
+from gateway.openai_request import Operation, parse_request
+from gateway.replica_attempts import RequestReplicas
 from gateway.replica_scraper import ReplicaScraper
 from gateway.replicas import PoolReplicas, prompt_text
 from gateway.routing_state import RoutingState
@@ -161,6 +163,35 @@ def test_prompt_text_joins_chat_roles_and_contents_in_order() -> None:
     payload = {"messages": [{"role": "system", "content": "be brief"},
                             {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}  # fmt: skip
     assert prompt_text(payload) == "system\nbe brief\nuser\nhi"
+
+
+def _chat_request(text: str) -> RequestReplicas:
+    state = RoutingState(_policy(["http://r0.example:8000", "http://r1.example:8000"]))
+    body = f'{{"model": "m", "messages": [{{"role": "user", "content": "{text}"}}]}}'
+    parsed = parse_request(body.encode(), Operation.CHAT)
+    return RequestReplicas(
+        state.replicas, parsed, None, prefix_affinity=True, monotonic=lambda: NOW
+    )
+
+
+def test_a_failed_attempt_is_retried_on_the_pools_other_replica_then_not_again() -> None:
+    replicas = _chat_request("hello")
+    first = replicas.pick(POOL)
+    assert first is not None and replicas.another(first)
+    second = replicas.pick(POOL)
+    assert second is not None and second.index != first.index
+    assert not replicas.another(second) and replicas.pick(POOL) is None
+
+
+def test_only_a_model_with_prefix_affinity_hashes_its_prompt() -> None:
+    long_prompt = "x" * 1024
+    assert len(_chat_request(long_prompt).request.block_hashes) == 4
+    state = RoutingState(_policy(["http://r0.example:8000"]))
+    parsed = parse_request(
+        f'{{"model": "m", "prompt": "{long_prompt}"}}'.encode(), Operation.COMPLETION
+    )
+    plain = RequestReplicas(state.replicas, parsed, "s-1", prefix_affinity=False)
+    assert (plain.request.block_hashes, plain.request.session_id) == ([], "s-1")
 
 
 # -- the scraper, against real engines ---------------------------------------------------
