@@ -6,9 +6,10 @@ parsed by ``parse_engine_load`` into the replica's state (``gateway.replicas``).
 the load the engines report beyond this gateway fleet's own in-flight count goes to the
 routing state, so a pool's queue depth includes requests that did not come through it.
 
-What counts as a failed scrape: no answer (connect error, timeout) or a 5xx. An answer
-that is not engine metrics (404, another exporter) means the replica is alive but its
-load unknown: it keeps its traffic, chosen by this process's in-flight count alone.
+What counts as a failed scrape: no answer (connect error, timeout). Any answer that is
+not engine metrics (a 404, an error status, another exporter's page) means the replica
+is alive but its load unknown: it keeps its traffic, chosen by this process's in-flight
+count alone, and whether it serves well is for its requests to show.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ async def scrape_one(
         status, body = await upstream.get(address + METRICS_PATH, timeout_s)
     except UpstreamError as exc:
         return None, str(exc) or type(exc).__name__
-    if status >= 500:
-        return None, f"metrics answered {status}"
     if status != 200:
         return None, None
     try:
