@@ -128,6 +128,19 @@ def test_a_pool_keeps_serving_from_its_other_replica_with_no_client_failures(
     assert _received(healthy) - before == 6
 
 
+def test_a_replica_failing_its_requests_is_ejected_alone_and_costs_clients_nothing(
+    engines: list[Engine], gateway_factory: Any
+) -> None:
+    failing = engines[0]
+    gw = gateway_factory(engines)
+    failing.set_faults(fail_rate=1.0, fail_status=503)
+    assert [_chat(gw, f"question {i}") for i in range(12)] == [200] * 12
+    replicas = _replicas(gw)
+    assert replicas[0]["state"] == "ejected" and replicas[0]["errors"] == 3
+    detail = gw.admin("GET", f"/admin/pools/{POOL}").json()
+    assert detail["state"] == "healthy" and replicas[1]["served"] == 12
+
+
 @contextlib.contextmanager
 def _work_from_elsewhere(engine: Engine, n: int = 40) -> Iterator[None]:
     """``n`` slow streamed requests straight to ``engine`` (32 batch slots), none through
