@@ -65,7 +65,8 @@ class ReplicaScraper:
         self.rounds = 0
 
     async def round(self) -> None:
-        """Scrape every replica of every pool once and apply the results."""
+        """Scrape every replica of every pool once and apply the results. An address
+        several pools share (one engine serving more than one pool) is scraped once."""
         health = self.state.policy.policy.health
         timeout_s = min(health.scrape_timeout_s, health.scrape_interval_s)
         replica_set = self.state.replicas
@@ -75,9 +76,12 @@ class ReplicaScraper:
             async with self._limit:
                 return await scrape_one(self.upstream, address, timeout_s)
 
-        results = await asyncio.gather(*(one(address) for _, _, address in jobs))
+        addresses = list(dict.fromkeys(address for _, _, address in jobs))
+        scraped = await asyncio.gather(*(one(address) for address in addresses))
+        results = dict(zip(addresses, scraped, strict=True))
         now = self.monotonic()
-        for (pool, i, address), (load, error) in zip(jobs, results, strict=True):
+        for pool, i, address in jobs:
+            load, error = results[address]
             if replica_set.by_id.get(pool.pool_id) is not pool:
                 continue  # a policy reload replaced the pool meanwhile; next round
             before = bool(pool.table.available[i])

@@ -197,6 +197,27 @@ def test_only_a_model_with_prefix_affinity_hashes_its_prompt() -> None:
 # -- the scraper, against real engines ---------------------------------------------------
 
 
+class _CountingUpstream:
+    """Answers every GET with a vLLM page (1 running, 2 waiting) and counts the URLs."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+
+    async def get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        self.urls.append(url)
+        return 200, b"vllm:num_requests_running 1\nvllm:num_requests_waiting 2\n"
+
+
+def test_an_address_several_pools_share_is_scraped_once_per_round_for_all() -> None:
+    shared = "http://shared.example:8000"
+    state = RoutingState(_policy([shared, "http://own.example:8000"], [shared]))
+    upstream = _CountingUpstream()
+    asyncio.run(ReplicaScraper(state, upstream).round())  # type: ignore[arg-type]
+    assert sorted(upstream.urls) == ["http://own.example:8000/metrics", f"{shared}/metrics"]
+    queues = [list(state.replicas.by_id[pid].table.engine_queue) for pid in (POOL, OTHER)]
+    assert queues == [[3.0, 3.0], [3.0]]
+
+
 @pytest.fixture
 def engines() -> Iterator[list[Engine]]:
     started = [Engine("a10g-llama-3.1-8b", "upstream-chat", 1.0, seed=i).start() for i in (1, 2)]
