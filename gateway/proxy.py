@@ -81,6 +81,11 @@ class Forwarder:
     def _url(self, pool: PoolSpec, path: str) -> str:
         n = self._rr.get(pool.id, 0)
         self._rr[pool.id] = n + 1
+        # Replicas the node group reports (published by the autoscaler) take precedence
+        # over the policy's static list.
+        row = self.state.snapshot.rows.get(pool.id)
+        if row is not None and row.endpoints:
+            return row.endpoints[n % len(row.endpoints)] + path
         return str(pool.endpoints[n % len(pool.endpoints)]).rstrip("/") + path
 
     async def forward(
