@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from adapters.cloud import CloudConfig, LocalSettings, Node, NodeGroup, NodeGroupSpec, create
-from adapters.cloud.nodegroup import Node, NodeStatus
+from adapters.cloud.nodegroup import NodeStatus
 from base.errors import AdapterError, OutOfCapacity
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
