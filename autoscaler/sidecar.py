@@ -249,10 +249,11 @@ class Sidecar:
                 continue
             running = [n for n in nodes if n.status is NodeStatus.RUNNING]
             port = ports.get(pool_id, DEFAULT_ENGINE_PORT)
+            # Always written, so a replica that is gone leaves the list at once; an
+            # empty list (no running replica, or a provider that reports no addresses)
+            # leaves the policy's endpoints in force.
             urls = [url for n in running if (url := n.url(port)) is not None]
-            # A provider that reports no addresses (the fake, or one that lacks them)
-            # publishes none, and the policy's endpoints stay in force.
-            await self.tables.set_replicas(pool_id, len(running), target, urls or None)
+            await self.tables.set_replicas(pool_id, len(running), target, urls)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set: leadership in the background, a cycle every
