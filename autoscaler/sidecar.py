@@ -42,6 +42,9 @@ __all__ = ["LEASE_NAME", "CycleResult", "Sidecar", "SidecarOptions"]
 
 logger = logging.getLogger(__name__)
 
+# The engine port of a pool without a scaling section (vLLM's default).
+DEFAULT_ENGINE_PORT = 8000
+
 LEASE_NAME = "autoscaler"
 
 
@@ -233,7 +236,10 @@ class Sidecar:
 
     async def publish_replicas(self) -> None:
         """Write each managed pool's ready (running) and target replicas to the live
-        tables. A group that cannot be read is skipped. Raises TableError."""
+        tables, with the base URLs of the running ones (replica discovery: gateways send
+        the pool's requests there). A group that cannot be read is skipped. Raises
+        TableError."""
+        ports = {p.id: p.scaling.engine_port for p in self.policy.pools if p.scaling}
         for pool_id, group in self.groups.items():
             try:
                 nodes = await asyncio.to_thread(group.nodes)
@@ -241,8 +247,13 @@ class Sidecar:
             except AdapterError as exc:
                 logger.warning("pool %s: replicas not published: %s", pool_id, exc)
                 continue
-            ready = sum(1 for n in nodes if n.status is NodeStatus.RUNNING)
-            await self.tables.set_replicas(pool_id, ready, target)
+            running = [n for n in nodes if n.status is NodeStatus.RUNNING]
+            port = ports.get(pool_id, DEFAULT_ENGINE_PORT)
+            # Always written, so a replica that is gone leaves the list at once; an
+            # empty list (no running replica, or a provider that reports no addresses)
+            # leaves the policy's endpoints in force.
+            urls = [url for n in running if (url := n.url(port)) is not None]
+            await self.tables.set_replicas(pool_id, len(running), target, urls)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set: leadership in the background, a cycle every

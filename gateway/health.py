@@ -89,8 +89,14 @@ class HealthMonitor:
             due.append(pool)
         settings = policy.health
         results = await asyncio.gather(
-            *(probe_pool(upstream, p, settings.probe_path, settings.probe_timeout_s) for p in due)
-        )
+            *(
+                probe_pool(
+                    upstream, p, settings.probe_path, settings.probe_timeout_s,
+                    rows[p.id].endpoints if p.id in rows else (),
+                )
+                for p in due
+            )
+        )  # fmt: skip
         rtt = {}
         for pool, result in zip(due, results, strict=True):
             event = HealthEvent.PROBE_OK if result.ok else HealthEvent.PROBE_FAIL

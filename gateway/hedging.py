@@ -47,6 +47,8 @@ async def race(
     succeed after the winner are given to ``discard``. Cancelling the caller cancels
     every attempt still running.
     """
+    if hedge_after_s is None:
+        return await _in_turn(start_next)
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Task[T]] = []
     pending: set[asyncio.Task[T]] = set()
@@ -67,8 +69,8 @@ async def race(
         if not launch():
             raise LookupError("no attempt to start")
         while pending:
-            hedge = hedge_after_s is not None and hedged_first_ms is None and len(tasks) == 1
-            timeout = max(hedge_after_s - (loop.time() - started_at), 0.0) if hedge else None  # type: ignore[operator]
+            hedge = hedged_first_ms is None and len(tasks) == 1
+            timeout = max(hedge_after_s - (loop.time() - started_at), 0.0) if hedge else None
             done, _ = await asyncio.wait(
                 pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
@@ -97,3 +99,19 @@ async def race(
         for result in await asyncio.gather(*pending, return_exceptions=True):
             if not isinstance(result, BaseException):
                 await discard(result)
+
+
+async def _in_turn(start_next: Callable[[], Coroutine[Any, Any, T] | None]) -> Outcome[T]:
+    """Plain failover, awaited inline: no task per attempt on the path most requests
+    take (a task and a wait cost about as much as the routing decision)."""
+    last: UpstreamError | None = None
+    number = 0
+    while (coro := start_next()) is not None:
+        try:
+            return Outcome(await coro, number)
+        except UpstreamError as exc:
+            last = exc
+            number += 1
+    if last is None:
+        raise LookupError("no attempt to start")
+    raise last

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from adapters.upstream import UpstreamClient
@@ -41,10 +42,16 @@ async def _time_get(
 
 
 async def probe_pool(
-    upstream: UpstreamClient, pool: PoolSpec, path: str, timeout_s: float
+    upstream: UpstreamClient,
+    pool: PoolSpec,
+    path: str,
+    timeout_s: float,
+    discovered: Sequence[str] = (),
 ) -> ProbeResult:
-    """Probe every endpoint of ``pool`` concurrently. Never raises for endpoint failures."""
-    urls = [str(e).rstrip("/") + path for e in pool.endpoints]
+    """Probe every endpoint of ``pool`` concurrently: its ``discovered`` replicas (from
+    its node group) if any, else the policy's. Never raises for endpoint failures."""
+    bases = discovered or [str(e).rstrip("/") for e in pool.endpoints]
+    urls = [base + path for base in bases]
     results = await asyncio.gather(*(_time_get(upstream, url, timeout_s) for url in urls))
     times = [ms for ms, _ in results if ms is not None]
     errors = [err for ms, err in results if ms is None]
@@ -62,7 +69,13 @@ async def probe_once(
     """
     pools = state.policy.policy.pools
     path = state.policy.policy.health.probe_path
-    results = await asyncio.gather(*(probe_pool(upstream, p, path, timeout_s) for p in pools))
+    rows = state.snapshot.rows
+    results = await asyncio.gather(
+        *(
+            probe_pool(upstream, p, path, timeout_s, rows[p.id].endpoints if p.id in rows else ())
+            for p in pools
+        )
+    )
     rtt = {p.id: r.rtt_ms for p, r in zip(pools, results, strict=True) if r.rtt_ms is not None}
     if rtt:
         await tables.record_rtt(rtt)

@@ -20,7 +20,7 @@ pool is down is the pool's outlier detector's call, shared with other gateways.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,7 @@ from adapters.upstream.engine_metrics import EngineLoad
 from router.compiled import CompiledPolicy
 from router.policy import PoolSpec
 from router.replica_choice import PoolTiming, ReplicaChooser, ReplicaRequest, ReplicaTable
+from router.snapshot import PoolRow
 
 __all__ = ["PoolReplicas", "Replica", "ReplicaPick", "ReplicaSet"]
 
@@ -75,12 +76,18 @@ class PoolReplicas:
     """One pool's replicas, the live table the choice reads, and the chooser itself."""
 
     def __init__(
-        self, pool: PoolSpec, timing: PoolTiming, prefix_affinity: bool, limit: int
+        self,
+        pool: PoolSpec,
+        timing: PoolTiming,
+        prefix_affinity: bool,
+        limit: int,
+        addresses: Sequence[str] = (),
     ) -> None:
         self.pool_id = pool.id
         # Failures in a row (scrapes, or requests) that take a replica out.
         self.limit = limit
-        self.replicas = [Replica(str(e).rstrip("/")) for e in pool.endpoints]
+        bases = addresses or [str(e).rstrip("/") for e in pool.endpoints]
+        self.replicas = [Replica(base) for base in bases]
         self.timing = timing
         self.prefix_affinity = prefix_affinity
         n = len(self.replicas)
@@ -225,42 +232,68 @@ def pool_timing(policy: CompiledPolicy, pool: PoolSpec) -> PoolTiming:
 
 class ReplicaSet:
     """Every pool's replicas, aligned with one compiled policy (``pools[i]`` is the
-    policy's pool ``i``). ``rebuild`` aligns with a reloaded policy, keeping what is
-    known of replicas whose pool and address stay."""
+    policy's pool ``i``). A pool's replicas are the base URLs its node group reports
+    (``PoolRow.endpoints``, published by the autoscaler) when there are any, else the
+    policy's static ``endpoints``. ``rebuild`` aligns with a reloaded policy and
+    ``follow`` with a new snapshot, keeping what is known of replicas that stay."""
 
     def __init__(self, policy: CompiledPolicy) -> None:
         self.pools: list[PoolReplicas] = []
         self.by_id: dict[str, PoolReplicas] = {}
+        self._policy = policy
+        self._static: dict[str, tuple[str, ...]] = {}
         self.rebuild(policy)
 
-    def rebuild(self, policy: CompiledPolicy) -> None:
-        """Align with ``policy``: same pool with the same endpoints and settings keeps
-        its object (chooser state included); otherwise known replicas carry their facts
-        over by address (in-flight counts too, so releases still balance)."""
-        limit = policy.policy.health.replica_failures
-        pools: list[PoolReplicas] = []
-        for spec in policy.policy.pools:
-            timing = pool_timing(policy, spec)
-            affinity = policy.policy.models[spec.model].prefix_affinity
-            old = self.by_id.get(spec.id)
-            new = PoolReplicas(spec, timing, affinity, limit)
-            if old is not None and old.table.ids == new.table.ids:
-                old.timing, old.prefix_affinity, old.limit = timing, affinity, limit
-                pools.append(old)
-                continue
-            if old is not None:
-                known = {r.address: (i, r) for i, r in enumerate(old.replicas)}
-                for j, replica in enumerate(new.replicas):
-                    found = known.get(replica.address)
-                    if found is not None:
-                        i, facts = found
-                        new.replicas[j] = facts
-                        new.inflight[j] = old.inflight[i]
-                        new.table.engine_queue[j] = old.table.engine_queue[i]
-                        new.table.available[j] = old.table.available[i]
-            pools.append(new)
+    def rebuild(self, policy: CompiledPolicy, rows: Mapping[str, PoolRow] | None = None) -> None:
+        """Align with ``policy`` (and the discovered replicas in ``rows``)."""
+        self._policy = policy
+        self._static = {
+            spec.id: tuple(str(e).rstrip("/") for e in spec.endpoints)
+            for spec in policy.policy.pools
+        }
+        pools = [self._aligned(spec, rows) for spec in policy.policy.pools]
         self.pools = pools
         self.by_id = {p.pool_id: p for p in pools}
+
+    def follow(self, rows: Mapping[str, PoolRow]) -> None:
+        """Take up the replicas a new snapshot reports: joined ones enter the choice,
+        gone ones leave it (and the prefix index). Cheap when nothing changed."""
+        for spec, pool in zip(self._policy.policy.pools, self.pools, strict=True):
+            row = rows.get(spec.id)
+            wanted = row.endpoints if row is not None and row.endpoints else None
+            if (wanted or self._static[spec.id]) != pool.table.ids:
+                self.rebuild(self._policy, rows)
+                return
+
+    def _aligned(self, spec: PoolSpec, rows: Mapping[str, PoolRow] | None) -> PoolReplicas:
+        """The pool's replicas under the current settings. The same addresses keep their
+        object; otherwise known replicas carry their facts (in-flight counts too, so
+        releases still balance) and the chooser (prefix index, sessions) carries over."""
+        policy = self._policy
+        limit = policy.policy.health.replica_failures
+        timing = pool_timing(policy, spec)
+        affinity = policy.policy.models[spec.model].prefix_affinity
+        row = rows.get(spec.id) if rows is not None else None
+        old = self.by_id.get(spec.id)
+        new = PoolReplicas(spec, timing, affinity, limit, row.endpoints if row is not None else ())
+        if old is None:
+            return new
+        if old.table.ids == new.table.ids:
+            old.timing, old.prefix_affinity, old.limit = timing, affinity, limit
+            return old
+        known = {r.address: (i, r) for i, r in enumerate(old.replicas)}
+        for j, replica in enumerate(new.replicas):
+            found = known.pop(replica.address, None)
+            if found is not None:
+                i, facts = found
+                new.replicas[j] = facts
+                new.inflight[j] = old.inflight[i]
+                new.table.engine_queue[j] = old.table.engine_queue[i]
+                new.table.available[j] = old.table.available[i]
+        new.chooser = old.chooser
+        for address in known:
+            new.chooser.forget(address)
+        return new
 
     def engine_load(self) -> list[float]:
         """Per pool (policy order), requests its engines report running or waiting."""

@@ -62,14 +62,16 @@ class RoutingState:
         self.retry_budget.reconfigure(
             routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
         )
-        self.replicas.rebuild(policy)
+        self.replicas.rebuild(policy, snapshot.rows)
         self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
         self._engine_extra, self._unusable = None, []
 
     def swap_snapshot(self, rows: dict[str, PoolRow], taken_at_s: float) -> None:
         """Replace the snapshot with freshly read rows; a pool the shared state has
-        readmitted since this replica blocked it is unblocked here too."""
+        readmitted since this replica blocked it is unblocked here too, and the
+        replicas its node group reports now are the ones requests choose among."""
         self.snapshot = Snapshot.build(self.policy, rows, taken_at_s)
+        self.replicas.follow(rows)
         for pid in self.outlier.ejected_ids():
             row = rows.get(pid)
             if row is not None and row.state is PoolState.HEALTHY and row.health.readmitted_s:

@@ -5,7 +5,7 @@ Schema (all keys under ``{prefix}``, default ``sr:v1``):
     pool:{id}:stats      hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
     pool:{id}:ttft       list   recent TTFT samples, ms (newest first, capped)
     pool:{id}:tpot       list   recent TPOT samples, ms
-    pool:{id}:replicas   hash   ready, target                                 (fleet/autoscaler)
+    pool:{id}:replicas   hash   ready, target, endpoints (JSON list of URLs)  (fleet/autoscaler)
     pool:{id}:health     hash   router.health.HealthRecord, compare-and-set on version
     price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
                                [usd_per_hour, instance_type, purchase]
@@ -21,11 +21,12 @@ negative; readers sum the live replicas' shares.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import orjson
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
@@ -75,6 +76,19 @@ def _f(raw: Mapping[str, str], key: str, default: float = float("nan")) -> float
     except ValueError:
         return default
     return out if math.isfinite(out) else default
+
+
+def _endpoints(raw: str | None) -> tuple[str, ...]:
+    """Published replica URLs; a malformed value counts as none published."""
+    if not raw:
+        return ()
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return ()
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if isinstance(v, str) and v.startswith(("http://", "https://")))
 
 
 def _percentiles(samples: list[str]) -> tuple[float, float]:
@@ -243,6 +257,7 @@ class LiveTables:
                 inflight=max(inflight.get(pid, 0.0), 0.0),
                 ready_replicas=_f(replicas, "ready"),
                 target_replicas=_f(replicas, "target"),
+                endpoints=_endpoints(replicas.get("endpoints")),
                 health=HealthRecord.from_fields(health),
                 usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
                 price_source=price.get("source", ""),
@@ -271,11 +286,21 @@ class LiveTables:
         except RedisError as exc:
             raise TableError(f"rtt write failed: {exc}") from exc
 
-    async def set_replicas(self, pool_id: str, ready: int, target: int | None = None) -> None:
-        """Record a pool's ready (and target) replica count. Idempotent."""
+    async def set_replicas(
+        self,
+        pool_id: str,
+        ready: int,
+        target: int | None = None,
+        endpoints: Sequence[str] | None = None,
+    ) -> None:
+        """Record a pool's ready (and target) replica count and, when its node group
+        knows them, the base URLs of its running replicas (gateways then send the pool's
+        requests there instead of the policy's static endpoints). Idempotent."""
         mapping = {"ready": str(ready)}
         if target is not None:
             mapping["target"] = str(target)
+        if endpoints is not None:
+            mapping["endpoints"] = orjson.dumps(sorted(endpoints)).decode()
         await self._write(self._pool(pool_id, "replicas"), mapping)
 
     async def read_health(self, pool_id: str) -> HealthRecord:

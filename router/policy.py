@@ -119,6 +119,9 @@ class ScalingSpec(_Strict):
     resource_group: str | None = None
     subscription: str | None = None
     provisioning_s: float = Field(default=300.0, gt=0)
+    # The engines' port on each replica: a node group reports bare addresses (IPs),
+    # and the gateway sends requests to ``http://<address>:<engine_port>``.
+    engine_port: int = Field(default=8000, ge=1, le=65535)
 
 
 class PoolSpec(_Strict):

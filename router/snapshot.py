@@ -41,6 +41,10 @@ class PoolRow:
     inflight: float = 0.0
     ready_replicas: float = float("nan")
     target_replicas: float = float("nan")
+    # Base URLs of the pool's running replicas as its node group reports them (the
+    # autoscaler publishes them); empty when nothing was published, and the policy's
+    # static ``endpoints`` apply.
+    endpoints: tuple[str, ...] = ()
     health: HealthRecord = field(default_factory=HealthRecord)
 
     @property

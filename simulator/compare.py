@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator import baselines  # noqa: F401  (registers the cost-aware baselines)
 from simulator.bound import Bound, lower_bound
 from simulator.engine import Progress, RunResult, SimConfig, Workload, simulate
 from simulator.metrics import Series, Summary, summarize
@@ -26,6 +27,10 @@ POLICIES: tuple[str, ...] = (
     "least-latency",
     "cheapest-only",
     "least-queue",
+    "cheapest-free-slot",
+    "litellm-cost-cooldown",
+    "llm-d-weighted",
+    "least-latency-budget",
     "skyroute",
 )
 

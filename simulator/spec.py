@@ -218,19 +218,30 @@ def auto_scale(
     policy: Policy,
     mean_output_tokens_per_s: float,
     *,
+    mean_prompt_tokens_per_s: float = 0.0,
     model: str | None = None,
     slo_class: str | None = None,
     profile_of: ProfileOf = demo_profile,
 ) -> float:
     """The fleet scale at which the model's cheapest pool per token, at its max replicas,
-    emits the trace's mean output tokens/s at the SLO (fluid goodput): it carries the
-    average load but not the peaks. Snapped to whole batch slots of that pool, in (0, 1].
+    carries the trace's mean load at the SLO: it carries the average but not the peaks.
+    Snapped to whole batch slots of that pool, in (0, 1].
+
+    A request holds a batch slot through its prefill as well as its decode, so the load
+    is counted in busy slots: decode (output tokens/s at the pool's fluid goodput) plus
+    prefill (prompt tokens/s over the prefill rate), against the occupancy at which TPOT
+    still meets the SLO. Counting output alone gave a long-prompt, short-output trace a
+    single slot per replica.
     """
     spec = FleetSpec.build(policy, model=model, slo_class=slo_class, profile_of=profile_of)
     p = int(np.argmin(spec.usd_per_token))
     profile = spec.profiles[p]
-    per_replica = fluid_goodput_tokens_per_s(profile, spec.slo.tpot_ms) * spec.max_replicas[p]
-    if per_replica <= 0:
+    replicas = float(spec.max_replicas[p])
+    goodput = fluid_goodput_tokens_per_s(profile, spec.slo.tpot_ms)
+    slo_slots = int(spec.slo_slots[p])
+    if goodput <= 0 or slo_slots <= 0 or replicas <= 0:
         raise SimulationError(f"pool {spec.pool_ids[p]} cannot meet the TPOT SLO")
-    slots = round(profile.batch_slots * mean_output_tokens_per_s / per_replica)
+    decode = mean_output_tokens_per_s / (goodput * replicas)
+    prefill = mean_prompt_tokens_per_s / (profile.prefill_tokens_per_s * slo_slots * replicas)
+    slots = round(profile.batch_slots * (decode + prefill))
     return float(min(max(slots, 1), profile.batch_slots) / profile.batch_slots)

@@ -134,8 +134,14 @@ def run(args: argparse.Namespace) -> int:
     policy = load_policy(Path(args.policy) if args.policy else demo_policy_path())
     trace = read_trace(args.trace).head(args.max_requests).sped_up(args.speedup)
     if args.scale_fleet == "auto":
-        rate = float(trace.output_tokens.sum()) / max(trace.duration_s, 1e-9)
-        scale = auto_scale(policy, rate, model=args.model, slo_class=args.slo_class)
+        span = max(trace.duration_s, 1e-9)
+        scale = auto_scale(
+            policy,
+            float(trace.output_tokens.sum()) / span,
+            mean_prompt_tokens_per_s=float(trace.prompt_tokens.sum()) / span,
+            model=args.model,
+            slo_class=args.slo_class,
+        )
     else:
         scale = parse_fraction(args.scale_fleet)
     spec = FleetSpec.build(

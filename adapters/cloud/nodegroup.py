@@ -63,6 +63,16 @@ class Node:
     address: str | None = None
     error: str | None = None
 
+    def url(self, port: int) -> str | None:
+        """The replica's base URL: ``address`` itself when it is a URL (the local
+        provider's), else ``http://<address>:<port>``; None without an address."""
+        if not self.address:
+            return None
+        if "://" in self.address:
+            return self.address.rstrip("/")
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"http://{host}:{port}"
+
 
 class NodeGroup(ABC):
     """One pool's group of identical replicas in one cloud.

@@ -69,7 +69,8 @@ def test_the_leader_publishes_ready_and_target_replicas_for_the_gateways(
     target: RedisTarget,
 ) -> None:
     _, replicas, _ = _cycle(target, FakeCloud())
-    assert replicas == {"ready": "3", "target": "3"}
+    # The fake cloud reports no addresses: no replica URL is published.
+    assert replicas == {"ready": "3", "target": "3", "endpoints": "[]"}
 
 
 def test_the_leader_saves_its_state_with_its_holder_and_token(target: RedisTarget) -> None:

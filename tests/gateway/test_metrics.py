@@ -30,6 +30,7 @@ DECLARED: dict[str, tuple[str, frozenset[str]]] = {
         ("skyroute_goodput_tokens_total", "counter", ("model",)),
         ("skyroute_route_decisions_total", "counter", ("model", "reason")),
         ("skyroute_failovers_total", "counter", ("model",)),
+        ("skyroute_hedges_total", "counter", ("model",)),
         ("skyroute_upstream_errors_total", "counter", ("pool", "kind")),
         ("skyroute_rejected_requests_total", "counter", ("code",)),
         ("skyroute_snapshot_age_seconds", "gauge", ()),
@@ -48,6 +49,7 @@ WITH_SERIES_AFTER_TRAFFIC = set(DECLARED) - {
     "skyroute_rejected_requests_total",
     "skyroute_pool_transitions_total",
     "skyroute_retries_denied_total",
+    "skyroute_hedges_total",  # only SLO classes with ``hedge`` hedge
 }
 _TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 _TIME_WORDS = ("duration", "latency", "age", "ttft", "tpot", "overhead", "time")

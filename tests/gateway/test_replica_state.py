@@ -22,6 +22,7 @@ from gateway.routing_state import RoutingState
 from router.compiled import CompiledPolicy, compile_policy
 from router.policy_loader import parse_policy
 from router.scoring import RouteRequest
+from router.snapshot import PoolRow
 from tests.gateway.harness import Engine
 
 POOL = "aws:us-east-1:a"
@@ -137,6 +138,23 @@ def test_a_reload_keeps_what_is_known_of_replicas_that_stay() -> None:
     assert (moved.replicas[0].load, moved.inflight[0], moved.table.engine_queue[0]) == (
         _load(2, 3), 1.0, 5.0,
     )  # fmt: skip
+
+
+def test_replicas_the_node_group_reports_replace_the_static_list_and_follow_it() -> None:
+    state = RoutingState(_policy(["http://static.example:8000"]))
+    found = ("http://10.0.0.1:8000", "http://10.0.0.2:8000")
+    state.swap_snapshot({POOL: PoolRow(endpoints=found)}, NOW)
+    pool = state.replicas.by_id[POOL]
+    assert pool.table.ids == found
+    pool.on_scrape(1, _load(1, 1), None, NOW)
+    pool.acquire(1)
+    state.swap_snapshot({POOL: PoolRow(endpoints=found[1:])}, NOW)
+    left = state.replicas.by_id[POOL]
+    assert (left.table.ids, left.inflight[0], left.replicas[0].load) == (
+        found[1:], 1.0, _load(1, 1),
+    )  # fmt: skip
+    state.swap_snapshot({POOL: PoolRow()}, NOW)
+    assert state.replicas.by_id[POOL].table.ids == ("http://static.example:8000",)
 
 
 def test_engine_load_from_elsewhere_deepens_the_pools_queue() -> None:

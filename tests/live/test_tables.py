@@ -289,6 +289,24 @@ def test_set_replicas_shows_up_in_read(live_redis: RedisTarget) -> None:
     row = _run(live_redis, scenario)[POOL]
 
     assert (row.ready_replicas, row.target_replicas) == (3, 5)
+    assert row.endpoints == ()  # nothing published: the policy's endpoints apply
+
+
+def test_published_replica_urls_show_up_in_read_and_bad_ones_are_dropped(
+    live_redis: RedisTarget,
+) -> None:
+    async def scenario(tables: LiveTables) -> Any:
+        await tables.set_replicas(
+            POOL, ready=2, target=2, endpoints=["http://10.0.0.2:8000", "http://10.0.0.1:8000"]
+        )
+        first = (await _read(tables))[POOL]
+        await tables.redis.hset(tables._pool(POOL, "replicas"), "endpoints", '["ftp://x", 3]')
+        return first, (await _read(tables))[POOL]
+
+    first, garbled = _run(live_redis, scenario)
+
+    assert first.endpoints == ("http://10.0.0.1:8000", "http://10.0.0.2:8000")
+    assert garbled.endpoints == ()
 
 
 def _eject(record: HealthRecord) -> HealthRecord:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from adapters.cloud import CloudConfig, LocalSettings, Node, NodeGroup, NodeGroupSpec, create
+from adapters.cloud.nodegroup import NodeStatus
 from base.errors import AdapterError, OutOfCapacity
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -95,3 +96,12 @@ def test_capacity_is_read_on_every_scale_up(make_group: Callable[..., NodeGroup]
 def test_a_pool_without_an_engine_profile_is_refused() -> None:
     with pytest.raises(AdapterError, match=r"tpu-llama-3\.1-8b"):
         create(_spec(gpu_type="TPU-v5e"), CloudConfig())
+
+
+def test_a_node_url_keeps_a_url_address_and_builds_one_from_an_ip() -> None:
+    assert Node("a", NodeStatus.RUNNING, "http://127.0.0.1:9001/").url(8000) == (
+        "http://127.0.0.1:9001"
+    )
+    assert Node("b", NodeStatus.RUNNING, "10.1.2.3").url(8000) == "http://10.1.2.3:8000"
+    assert Node("c", NodeStatus.RUNNING, "fd00::7").url(8080) == "http://[fd00::7]:8080"
+    assert Node("d", NodeStatus.CREATING).url(8000) is None
