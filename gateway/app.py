@@ -22,6 +22,7 @@ from gateway.context import build_gateway
 from gateway.dashboard import dashboard_router
 from gateway.fast_paths import GatewayApp
 from gateway.proxy import Forwarder
+from gateway.replica_scraper import ReplicaScraper
 from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
 from gateway.routes_ops import ops_router
@@ -65,6 +66,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             asyncio.create_task(gw.health.events(), name="health-events"),
             asyncio.create_task(gw.access.refresh_loop(), name="tenant-refresh"),
             asyncio.create_task(gw.health.probes(upstream), name="health-probes"),
+            asyncio.create_task(ReplicaScraper(gw.state, upstream).run(), name="replica-scrape"),
         ]
         logger.info(
             "gateway replica %s up: %d pools, policy %s",

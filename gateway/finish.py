@@ -9,14 +9,16 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from adapters.upstream import UpstreamTimeouts
 from base.errors import UpstreamError
 from gateway.decisions import Decision, DecisionLog
 from gateway.metrics import GatewayMetrics
+from gateway.replicas import ReplicaPick
 from gateway.tracing import NOOP, ChildSpan, RequestTrace
 from gateway.usage import UsageLog
 from live.access_table import NANO, UsageRecord
 from live.demand_table import DemandRecord
-from router.policy import PoolSpec
+from router.policy import PoolSpec, RoutingSettings
 from router.scoring import RouteRequest
 
 # One line per finished request (JSON fields via the entry point's formatter).
@@ -28,7 +30,8 @@ class RequestContext:
     """Who sent the request and what admission charged: for usage records and overhead.
 
     ``received_at`` is ``time.perf_counter()`` when the gateway got the request;
-    ``est_tokens`` is what the tenant's TPM bucket was charged at admission.
+    ``est_tokens`` is what the tenant's TPM bucket was charged at admission;
+    ``session_id`` is the client's ``x-session-id`` (replica affinity), if any.
     """
 
     tenant: str
@@ -36,11 +39,13 @@ class RequestContext:
     est_tokens: int
     received_at: float
     trace: RequestTrace = field(default=NOOP)
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One try of a request on one pool, with the routing decision that chose it."""
+    """One try of a request on one pool (and ``replica`` of it), with the routing
+    decision that chose it."""
 
     pool: PoolSpec
     url: str
@@ -54,6 +59,24 @@ class Attempt:
     span: ChildSpan = NOOP
     # How long this attempt may wait for its first byte (gateway.deadlines), seconds.
     first_byte_s: float = 60.0
+    replica: ReplicaPick | None = None
+
+    def timeouts(self, routing: RoutingSettings) -> UpstreamTimeouts:
+        """Connect, first-byte and idle timeouts of this attempt (seconds)."""
+        return UpstreamTimeouts(
+            routing.connect_timeout_ms / 1000, self.first_byte_s, routing.idle_timeout_ms / 1000
+        )
+
+    def response_headers(self, cost: float) -> dict[str, str]:
+        """The ``x-skyroute-*`` headers of the client's response (``cost`` in USD)."""
+        pool = self.pool
+        return {
+            "x-skyroute-pool": pool.id,
+            "x-skyroute-provider": pool.provider,
+            "x-skyroute-region": pool.region,
+            "x-skyroute-attempts": str(self.number),
+            "x-skyroute-cost-usd": f"{cost:.8f}",
+        }
 
 
 class RequestFinisher:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
-from adapters.upstream import UpstreamClient, UpstreamResponse, UpstreamTimeouts
+from adapters.upstream import UpstreamClient, UpstreamResponse
 from base.errors import (
     RoutingError,
     UpstreamError,
@@ -32,14 +32,14 @@ from gateway.hedging import race
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
 from gateway.relay import StreamRelays, close_unread
+from gateway.replica_attempts import RequestReplicas
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch
-from gateway.tracing import NOOP, ChildSpan
+from gateway.tracing import NOOP, ChildSpan, attempt_span
 from gateway.upstream_answers import ModelRenamer, checked_usage, unavailable
 from gateway.usage import UsageLog
 from live.access_table import UsageRecord
 from live.demand_table import DemandRecord
-from router.policy import PoolSpec
 from router.scoring import RouteRequest
 
 logger = logging.getLogger(__name__)
@@ -65,28 +65,11 @@ class Forwarder:
         self.upstream = upstream
         self.metrics = metrics
         self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics)
-        self._rr: dict[str, int] = {}
         self.relays = StreamRelays(state, self.finisher, self._failed)
 
     def end_streams(self) -> int:
         """End every stream being relayed (``StreamRelays.end_all``)."""
         return self.relays.end_all()
-
-    def _timeouts(self, attempt: Attempt) -> UpstreamTimeouts:
-        r = self.state.policy.policy.routing
-        return UpstreamTimeouts(
-            r.connect_timeout_ms / 1000, attempt.first_byte_s, r.idle_timeout_ms / 1000
-        )
-
-    def _url(self, pool: PoolSpec, path: str) -> str:
-        n = self._rr.get(pool.id, 0)
-        self._rr[pool.id] = n + 1
-        # Replicas the node group reports (published by the autoscaler) take precedence
-        # over the policy's static list.
-        row = self.state.snapshot.rows.get(pool.id)
-        if row is not None and row.endpoints:
-            return row.endpoints[n % len(row.endpoints)] + path
-        return str(pool.endpoints[n % len(pool.endpoints)]).rstrip("/") + path
 
     async def forward(
         self,
@@ -149,6 +132,10 @@ class Forwarder:
         routing = policy.policy.routing
         budget = routing.max_attempts
         tried = list(ranking.tried())
+        replicas = RequestReplicas(
+            self.state.replicas, parsed, ctx.session_id,
+            prefix_affinity=policy.policy.models[route.model].prefix_affinity,
+        )  # fmt: skip
         number = 0
         k = 0  # the next of ``tried`` to consider
 
@@ -157,8 +144,9 @@ class Forwarder:
             while k < len(tried) and number < budget:
                 i, predicted_ttft_ms, est_cost, per_token = tried[k]
                 pool = policy.policy.pools[i]
-                if not self.state.outlier.allows(pool.id, now):
-                    k += 1
+                pick = replicas.pick(pool.id)
+                if pick is None or not self.state.outlier.allows(pool.id, now):
+                    k += 1  # no usable replica left: like an ejected pool
                     continue
                 if number >= 1 and not self.state.retry_budget.try_retry(now):
                     # Not consumed: a hedge refused now leaves the pool for the failover
@@ -171,22 +159,12 @@ class Forwarder:
                 span: ChildSpan = NOOP
                 attempt_headers = headers
                 if traced:
-                    span = ctx.trace.child(
-                        f"upstream {pool.id}",
-                        {
-                            "skyroute.pool": pool.id, "skyroute.provider": pool.provider,
-                            "skyroute.region": pool.location, "skyroute.attempt": number,
-                            "skyroute.ttft.predicted_ms": predicted_ttft_ms,
-                            "skyroute.cost_usd.estimated": est_cost,
-                            "gen_ai.request.model": pool.upstream_model,
-                        },
-                        client=True,
-                    )  # fmt: skip
-                    attempt_headers = dict(headers)
-                    span.inject(attempt_headers)  # W3C traceparent to the engine
+                    span, attempt_headers = attempt_span(
+                        ctx.trace, pool, number, predicted_ttft_ms, est_cost, headers
+                    )
                 attempt = Attempt(
                     pool,
-                    self._url(pool, path),
+                    pick.address + path,
                     per_token,
                     number,
                     ranking.reason,
@@ -200,13 +178,20 @@ class Forwarder:
                         slo_tpot_ms=ranking.slo_tpot_ms, predicted_ttft_ms=predicted_ttft_ms,
                         output_tokens=ranking.est_tokens - route.prompt_tokens,
                     ),
+                    pick,
                 )  # fmt: skip
                 if number > 1:
                     self.metrics.failovers.labels(model=route.model).inc()
                 else:
                     self.metrics.overhead_seconds.observe(time.perf_counter() - ctx.received_at)
-                return self._attempt(parsed, attempt, attempt_headers, route, ctx)
+                return self._attempt(parsed, attempt, attempt_headers, route, ctx, retry)
             return None
+
+        def retry(attempt: Attempt) -> None:
+            # A failed replica: the same pool's next replica is tried before the next pool.
+            if attempt.replica is not None and replicas.another(attempt.replica):
+                i = policy.index[attempt.pool.id]
+                tried.insert(k, next(t for t in tried if t[0] == i))
 
         hedge_s: float | None = None
         if policy.slo[route.slo_class].hedge and len(ranking.order) > 1:
@@ -241,8 +226,10 @@ class Forwarder:
         headers: dict[str, str],
         route: RouteRequest,
         ctx: RequestContext,
+        retry: Callable[[Attempt], None],
     ) -> Response:
-        """One attempt, streaming or not. Raises UpstreamError after its bookkeeping."""
+        """One attempt, streaming or not. Raises UpstreamError after its bookkeeping
+        (``retry`` decides whether the same pool gets another attempt)."""
         pool = attempt.pool
         try:
             if parsed.stream:
@@ -254,6 +241,7 @@ class Forwarder:
             exc.pool_id = exc.pool_id or pool.id
             attempt.span.end(exc)
             self.state.outlier.release_trial(pool.id)
+            retry(attempt)
             logger.warning("attempt %d on pool %s failed: %s", attempt.number, pool.id, exc)
             raise
         except asyncio.CancelledError:
@@ -262,26 +250,22 @@ class Forwarder:
             self.state.outlier.release_trial(pool.id)
             raise
 
-    def _failed(self, pool_id: str, exc: UpstreamError) -> None:
+    def _failed(self, attempt: Attempt, exc: UpstreamError) -> None:
+        pool_id = attempt.pool.id
         self.state.observe(pool_id, ok=False)
         self.metrics.upstream_errors.labels(pool=pool_id, kind=type(exc).__name__).inc()
+        pick = attempt.replica
+        if pick is not None and pick.pool.on_failure(pick.index, str(exc), time.monotonic()):
+            return  # the replica's fault: the pool still serves from its other replicas
         self.state.outlier.on_failure(pool_id, time.time(), str(exc))
-
-    def _headers(self, attempt: Attempt, cost: float) -> dict[str, str]:
-        pool = attempt.pool
-        return {
-            "x-skyroute-pool": pool.id,
-            "x-skyroute-provider": pool.provider,
-            "x-skyroute-region": pool.region,
-            "x-skyroute-attempts": str(attempt.number),
-            "x-skyroute-cost-usd": f"{cost:.8f}",
-        }
 
     async def _open(
         self, parsed: ParsedRequest, attempt: Attempt, headers: dict[str, str]
     ) -> UpstreamResponse:
         body = parsed.upstream_body(attempt.pool.upstream_model)
-        resp = await self.upstream.post(attempt.url, body, headers, self._timeouts(attempt))
+        resp = await self.upstream.post(
+            attempt.url, body, headers, attempt.timeouts(self.state.policy.policy.routing)
+        )
         if resp.status >= 500 or resp.status == 429:
             resp.close()
             raise UpstreamStatusError(
@@ -300,29 +284,32 @@ class Forwarder:
         ctx: RequestContext,
     ) -> Response:
         pool_id = attempt.pool.id
-        self.state.acquire(pool_id)
+        self.state.acquire(pool_id, attempt.replica)
         started = time.perf_counter()
         try:
             resp = await self._open(parsed, attempt, headers)
             async with resp:
                 body = await resp.read()
         except UpstreamError as exc:
-            self._failed(pool_id, exc)
+            self._failed(attempt, exc)
             raise
         finally:
-            self.state.release(pool_id)
+            self.state.release(pool_id, attempt.replica)
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         if resp.status != 200:
             # A client error (bad parameters, context too long): the pool is healthy.
             self.state.outlier.on_success(pool_id, time.time())
             self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
-                body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
+                body,
+                status_code=resp.status,
+                media_type=_JSON,
+                headers=attempt.response_headers(0.0),
             )
         try:
             prompt, completion, model = checked_usage(body, parsed.operation, pool_id)
         except UpstreamError as exc:
-            self._failed(pool_id, exc)
+            self._failed(attempt, exc)
             raise
         prompt_tokens = prompt if prompt is not None else route.prompt_tokens
         tokens = prompt_tokens + (completion or 0)
@@ -334,6 +321,8 @@ class Forwarder:
             tpot = max(elapsed_ms - prefill_ms, 0.0) / completion
         self.state.observe(pool_id, ok=True, tpot_ms=tpot)
         self.state.outlier.on_success(pool_id, time.time())
+        if attempt.replica is not None:
+            attempt.replica.served()
         cost = tokens * attempt.usd_per_token
         self.finisher.finish(
             ctx,
@@ -347,7 +336,7 @@ class Forwarder:
             response_model=model,
         )
         body = ModelRenamer(attempt.pool.upstream_model, route.model)(body)
-        return Response(body, media_type=_JSON, headers=self._headers(attempt, cost))
+        return Response(body, media_type=_JSON, headers=attempt.response_headers(cost))
 
     async def _stream(
         self,
@@ -358,24 +347,27 @@ class Forwarder:
         ctx: RequestContext,
     ) -> Response:
         pool_id = attempt.pool.id
-        self.state.acquire(pool_id)
+        self.state.acquire(pool_id, attempt.replica)
         started = time.perf_counter()
         try:
             resp = await self._open(parsed, attempt, headers)
         except UpstreamError as exc:
-            self.state.release(pool_id)
-            self._failed(pool_id, exc)
+            self.state.release(pool_id, attempt.replica)
+            self._failed(attempt, exc)
             raise
         if resp.status != 200:
             try:
                 body = await resp.read()
             finally:
                 resp.close()
-                self.state.release(pool_id)
+                self.state.release(pool_id, attempt.replica)
             self.state.outlier.on_success(pool_id, time.time())
             self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
             return Response(
-                body, status_code=resp.status, media_type=_JSON, headers=self._headers(attempt, 0.0)
+                body,
+                status_code=resp.status,
+                media_type=_JSON,
+                headers=attempt.response_headers(0.0),
             )
         chunks = resp.iter_chunks()
         watch = StreamWatch()
@@ -396,19 +388,21 @@ class Forwarder:
                 )
         except (UpstreamError, StopAsyncIteration, TimeoutError) as exc:
             resp.close()
-            self.state.release(pool_id)
+            self.state.release(pool_id, attempt.replica)
             err = (
                 exc
                 if isinstance(exc, UpstreamError)
                 else UpstreamTimeout(f"pool {pool_id}: no first chunk")
             )
             err.retryable = True
-            self._failed(pool_id, err)
+            self._failed(attempt, err)
             raise err from exc
+        if attempt.replica is not None:
+            attempt.replica.served()
         est_cost = route.est_tokens * attempt.usd_per_token if route.est_tokens else 0.0
         body_iter = self.relays.relay(first, chunks, resp, watch, attempt, route, started, ctx)
         return StreamingResponse(
             body_iter,
             media_type="text/event-stream",
-            headers={**_SSE_HEADERS, **self._headers(attempt, est_cost)},
+            headers={**_SSE_HEADERS, **attempt.response_headers(est_cost)},
         )

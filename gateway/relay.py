@@ -32,7 +32,7 @@ class StreamRelays:
         self,
         state: RoutingState,
         finisher: RequestFinisher,
-        failed: Callable[[str, UpstreamError], None],
+        failed: Callable[[Attempt, UpstreamError], None],
     ) -> None:
         self.state = state
         self.finisher = finisher
@@ -79,12 +79,12 @@ class StreamRelays:
             completed = True
             if watch.error is not None:
                 status = "stream_error"
-                self._failed(pool_id, UpstreamStreamError(watch.error, pool_id=pool_id))
+                self._failed(attempt, UpstreamStreamError(watch.error, pool_id=pool_id))
             elif not watch.done:
                 # Bytes reached the client, so no failover: end the stream with an error
                 # event the client reports, and count it against the pool.
                 status = "stream_incomplete"
-                self._failed(pool_id, UpstreamStreamError("stream ended without [DONE]"))
+                self._failed(attempt, UpstreamStreamError("stream ended without [DONE]"))
                 yield error_event(f"pool {pool_id}: the stream ended before it was complete")
         except UpstreamError as exc:
             if self._ending:
@@ -95,13 +95,13 @@ class StreamRelays:
                 )
             else:
                 status = "stream_error"
-                self._failed(pool_id, exc)
+                self._failed(attempt, exc)
                 exc.pool_id = exc.pool_id or pool_id
                 yield error_event(client_message(exc))
         finally:
             self._live.discard(resp)
             resp.close()
-            self.state.release(pool_id)
+            self.state.release(pool_id, attempt.replica)
             if status == "200":
                 ttft_ms = (watch.first_at - started) * 1000.0
                 self.state.observe(pool_id, ok=True, ttft_ms=ttft_ms, tpot_ms=watch.tpot_ms())

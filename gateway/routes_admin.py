@@ -22,6 +22,10 @@ def _num(value: float) -> float | None:
     return round(value, 4) if math.isfinite(value) else None
 
 
+def _opt(value: float | None) -> float | None:
+    return None if value is None else _num(value)
+
+
 def admin_router(gw: Gateway) -> APIRouter:
     """Policy reload and read-only views of the live state."""
     router = APIRouter(prefix="/admin", tags=["admin"])
@@ -111,6 +115,52 @@ def admin_router(gw: Gateway) -> APIRouter:
         out, live = await pool_views()
         body = {"pools": out, "snapshot_age_s": _num(gw.state.snapshot_age_s()), "live": live}
         return Response(orjson.dumps(body), media_type="application/json")
+
+    @router.get("/pools/{pool_id}")
+    async def pool_detail(request: Request, pool_id: str) -> Response:
+        """One pool as ``/admin/pools`` shows it, plus the requests its engines report
+        beyond this fleet's (``engine_extra``) and each replica as this gateway process
+        sees it: address, state (``ready``, ``ejected`` after failed requests,
+        ``scrape_failing``), this process's in-flight requests there, the engine's
+        running and waiting requests and KV-cache use (0-1) from the last good scrape,
+        its age (s), failures in a row, errors and requests served. 404 if unknown."""
+        authorize(request)
+        known_pool(pool_id)
+        out, live = await pool_views()
+        body = next(p for p in out if p["id"] == pool_id)
+        body["engine_extra"] = gw.state.engine_extra(pool_id)
+        body["replicas"] = replica_views(pool_id)
+        body["live"] = live
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    def replica_views(pool_id: str) -> list[dict[str, Any]]:
+        pool = gw.state.replicas.by_id.get(pool_id)
+        if pool is None:
+            return []
+        now = time.monotonic()
+        views = []
+        for i, r in enumerate(pool.replicas):
+            load = r.load
+            views.append(
+                {
+                    "address": r.address,
+                    "state": pool.state_of(i, now),
+                    "inflight": float(pool.inflight[i]),
+                    "engine": load.kind.value if load else None,
+                    "engine_running": load.running if load else None,
+                    "engine_waiting": load.waiting if load else None,
+                    "kv_cache_usage": _opt(load.kv_cache_usage if load else None),
+                    "prefix_cache_hit_rate": _opt(load.prefix_cache_hit_rate if load else None),
+                    "has_metrics": r.has_metrics,
+                    "scrape_age_s": _num(now - r.scraped_at) if r.scraped_at else None,
+                    "scrape_failures": r.scrape_failures,
+                    "request_failures": r.request_failures,
+                    "errors": r.errors,
+                    "last_error": r.last_error or None,
+                    "served": r.served,
+                }
+            )
+        return views
 
     @router.get("/dashboard/data")
     async def dashboard_data(request: Request) -> Response:

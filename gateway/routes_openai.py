@@ -30,6 +30,7 @@ from gateway.context import Gateway
 from gateway.fan_out import fan_out
 from gateway.finish import RequestContext, access_log
 from gateway.openai_request import Operation, ParsedRequest, parse_request
+from gateway.replica_attempts import SESSION_HEADER
 from gateway.tracing import NOOP
 from router.scoring import RouteRequest
 
@@ -187,7 +188,9 @@ def openai_routes(gw: Gateway) -> list[Route]:
             raise
         request_id = (request.headers.get("x-request-id") or uuid.uuid4().hex)[:128]
         upstream_headers = {"content-type": "application/json", "x-request-id": request_id}
-        ctx = RequestContext(caller.tenant, request_id, est_tokens, received, trace)
+        # Capped like the request id: the session map keeps up to 100k of them.
+        session_id = (request.headers.get(SESSION_HEADER) or "")[:128] or None
+        ctx = RequestContext(caller.tenant, request_id, est_tokens, received, trace, session_id)
         assert gw.forwarder is not None, "the app's lifespan has not started"
         # From here on the forwarder ends the trace, with the request (streams included).
         if parsed.n > 1 and parsed.model in gw.state.policy.fan_out_n:

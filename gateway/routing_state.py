@@ -14,6 +14,7 @@ import numpy as np
 
 from base.types import BoolArray, FloatArray
 from gateway.outlier import OutlierDetector
+from gateway.replicas import ReplicaPick, ReplicaSet
 from gateway.retry_budget import RetryBudget
 from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
@@ -38,6 +39,11 @@ class RoutingState:
             routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
         )
         self.redis_ok = False
+        self.replicas = ReplicaSet(policy)
+        # Requests the engines report beyond this fleet's in-flight count, per pool (None:
+        # none), and pools with no usable replica: both from the last scrape round.
+        self._engine_extra: FloatArray | None = None
+        self._unusable: list[int] = []
 
     # -- swaps --------------------------------------------------------------------------
     def swap_policy(self, policy: CompiledPolicy) -> None:
@@ -56,39 +62,77 @@ class RoutingState:
         self.retry_budget.reconfigure(
             routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
         )
+        self.replicas.rebuild(policy, snapshot.rows)
         self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
+        self._engine_extra, self._unusable = None, []
 
     def swap_snapshot(self, rows: dict[str, PoolRow], taken_at_s: float) -> None:
         """Replace the snapshot with freshly read rows; a pool the shared state has
-        readmitted since this replica blocked it is unblocked here too."""
+        readmitted since this replica blocked it is unblocked here too, and the
+        replicas its node group reports now are the ones requests choose among."""
         self.snapshot = Snapshot.build(self.policy, rows, taken_at_s)
+        self.replicas.follow(rows)
         for pid in self.outlier.ejected_ids():
             row = rows.get(pid)
             if row is not None and row.state is PoolState.HEALTHY and row.health.readmitted_s:
                 self.outlier.shared_readmitted(pid, row.health.readmitted_s, taken_at_s)
 
+    def set_engine_load(self, engine_load: list[float]) -> None:
+        """Take a scrape round's results: per pool (policy order), requests its engines
+        report running or waiting.
+
+        What exceeds the whole fleet's in-flight count there (the snapshot's other
+        gateway replicas plus this one) is load that did not come through skyroute, and
+        is added to the pool's queue depth until the next round. Subtracting the fleet's
+        own requests keeps them from counting twice (they are in the engine's numbers
+        too). Pools left with no usable replica are routed around like ejected ones."""
+        if len(engine_load) != self.policy.size:
+            return  # a policy reload raced the round; the next one aligns
+        fleet = self.snapshot.inflight + self._inflight_arr
+        extra = np.maximum(np.asarray(engine_load) - fleet, 0.0)
+        self._engine_extra = extra if extra.any() else None
+        self._unusable = self.replicas.unusable()
+
+    def engine_extra(self, pool_id: str) -> float:
+        """Requests at ``pool_id``'s engines that did not come through this fleet."""
+        i = self.policy.index.get(pool_id)
+        extra = self._engine_extra
+        return 0.0 if extra is None or i is None else float(extra[i])
+
     # -- the request path ---------------------------------------------------------------
     def rank(self, request: RouteRequest, now: float) -> Ranking:
-        """Rank pools for ``request`` from the snapshot plus this replica's fresher state."""
+        """Rank pools for ``request`` from the snapshot plus this replica's fresher state:
+        its own in-flight counts, the engines' load from elsewhere, its own ejections and
+        the pools left without a usable replica."""
         blocked_ids = self.outlier.blocked(now)
         blocked: BoolArray | None = None
-        if blocked_ids:
+        if blocked_ids or self._unusable:
             blocked = np.zeros(self.policy.size, dtype=np.bool_)
+            blocked[self._unusable] = True
             for pid in blocked_ids:
                 i = self.policy.index.get(pid)
                 if i is not None:
                     blocked[i] = True
-        return rank(request, self.policy, self.snapshot, self._inflight_arr, blocked)
+        local = self._inflight_arr
+        if self._engine_extra is not None:
+            local = local + self._engine_extra
+        return rank(request, self.policy, self.snapshot, local, blocked)
 
-    def acquire(self, pool_id: str) -> None:
-        """Count one more request in flight on ``pool_id`` (pair with ``release``)."""
+    def acquire(self, pool_id: str, replica: ReplicaPick | None = None) -> None:
+        """Count one more request in flight on ``pool_id`` and its ``replica`` (pair
+        with ``release`` of the same)."""
+        if replica is not None:
+            replica.pool.acquire(replica.index)
         self.inflight[pool_id] += 1
         i = self.policy.index.get(pool_id)
         if i is not None:
             self._inflight_arr[i] += 1
 
-    def release(self, pool_id: str) -> None:
-        """Count one request fewer in flight on ``pool_id``; never below zero."""
+    def release(self, pool_id: str, replica: ReplicaPick | None = None) -> None:
+        """Count one request fewer in flight on ``pool_id`` and its ``replica``; never
+        below zero."""
+        if replica is not None:
+            replica.pool.release(replica.index)
         if self.inflight.get(pool_id, 0) > 0:
             self.inflight[pool_id] -= 1
             i = self.policy.index.get(pool_id)

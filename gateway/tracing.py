@@ -20,6 +20,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from router.policy import PoolSpec
+
 
 class RequestTrace(Protocol):
     """What the request path may do with a trace; the no-op one does nothing."""
@@ -174,3 +176,29 @@ class Tracing:
         """Flush and stop the exporter. Idempotent."""
         if self.provider is not None:
             self.provider.shutdown()
+
+
+def attempt_span(
+    trace_: RequestTrace,
+    pool: PoolSpec,
+    number: int,
+    predicted_ttft_ms: float,
+    est_cost_usd: float,
+    headers: dict[str, str],
+) -> tuple[ChildSpan, dict[str, str]]:
+    """The client span of one upstream attempt, and the attempt's headers with its W3C
+    ``traceparent`` for the engine (``headers`` itself is left alone)."""
+    span = trace_.child(
+        f"upstream {pool.id}",
+        {
+            "skyroute.pool": pool.id, "skyroute.provider": pool.provider,
+            "skyroute.region": pool.location, "skyroute.attempt": number,
+            "skyroute.ttft.predicted_ms": predicted_ttft_ms,
+            "skyroute.cost_usd.estimated": est_cost_usd,
+            "gen_ai.request.model": pool.upstream_model,
+        },
+        client=True,
+    )  # fmt: skip
+    out = dict(headers)
+    span.inject(out)
+    return span, out

@@ -2,6 +2,7 @@
 gateway worker, non-streaming and streaming, closed and open loop. Prints numbers only.
 
     python loadtests/bench_overhead.py [--quick] [--tracing] [--json out.json]
+        [--replicas N] [--prefix-affinity] [--prompt-chars C]
 
 Everything runs on 127.0.0.1: one engine at ``--time-scale 0`` (answers at once, so the
 gateway's own cost dominates), Redis (``SKYROUTE_REDIS_URL`` or an embedded one) and one
@@ -99,14 +100,14 @@ class Result:
     first_error: str = ""
 
 
-def write_policy(path: Path, engine_url: str) -> None:
+def write_policy(path: Path, engine_urls: list[str], prefix_affinity: bool = False) -> None:
     pools = []
     for prov, region, gpu, inst, purchase, price, tps, prefill, conc, tpot in POOLS:
         suffix = "-spot" if purchase == "spot" else ""
         pools.append({
             "id": f"{prov}:{region}:{gpu.lower()}-bench{suffix}", "provider": prov,
             "region": region, "model": MODEL, "upstream_model": UPSTREAM_MODEL,
-            "gpu_type": gpu, "gpus_per_replica": 1, "endpoints": [engine_url],
+            "gpu_type": gpu, "gpus_per_replica": 1, "endpoints": engine_urls,
             "price": {"source": "policy", "instance_type": inst, "purchase": purchase,
                       "usd_per_gpu_hour": price},
             "goodput": {"tokens_per_s": tps, "prefill_tokens_per_s": prefill,
@@ -118,7 +119,8 @@ def write_policy(path: Path, engine_url: str) -> None:
         "slo_classes": {"interactive": {"ttft_ms": 800, "tpot_ms": 60},
                         "batch": {"ttft_ms": 30000, "tpot_ms": 500}},
         "models": {MODEL: {"kind": "chat", "default_slo": "interactive",
-                           "expected_output_tokens": 129}},
+                           "expected_output_tokens": 129,
+                           "prefix_affinity": prefix_affinity}},
         "pools": pools,
         "client_regions": {name: {"rtt_ms": rtt} for name, rtt in RTT_MS.items()},
         "routing": {"default_client_region": "aws:us-east-1", "fallback": "fastest",
@@ -321,7 +323,9 @@ async def run_all(
     gateway: psutil.Process, engine: psutil.Process,
 ) -> list[Result]:  # fmt: skip
     def body(model: str, stream: bool) -> bytes:
-        payload = {"model": model, "messages": [{"role": "user", "content": PROMPT}],
+        # --prompt-chars: the prompt repeated to that length (a long shared prefix).
+        prompt = (PROMPT * (args.prompt_chars // len(PROMPT) + 1))[: args.prompt_chars]
+        payload = {"model": model, "messages": [{"role": "user", "content": prompt}],
                    "max_tokens": MAX_TOKENS, "stream": stream}  # fmt: skip
         return json.dumps(payload).encode()
 
@@ -399,6 +403,18 @@ def main() -> None:
         "--tracing", action="store_true", help="gateway traces on, by OTLP/HTTP to a local sink"
     )
     parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="engines behind every pool (1): more make the gateway choose a replica",
+    )
+    parser.add_argument(
+        "--prompt-chars", type=int, default=len(PROMPT), help="prompt length in characters"
+    )
+    parser.add_argument(
+        "--prefix-affinity", action="store_true", help="the model's prefix_affinity on"
+    )
+    parser.add_argument(
         "--busy-cpus", action="store_true", help="a nice-19 spinner per CPU: no idle wake-ups"
     )
     args = parser.parse_args()
@@ -419,7 +435,9 @@ def main() -> None:
         engine_port, gw_port = free_port(), free_port()
         engine_url, gw_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gw_port}"
         policy = Path(tmp.name) / "bench-policy.yaml"
-        write_policy(policy, engine_url)
+        extra_ports = [free_port() for _ in range(args.replicas - 1)]
+        engine_urls = [engine_url] + [f"http://127.0.0.1:{p}" for p in extra_ports]
+        write_policy(policy, engine_urls, args.prefix_affinity)
         api_key = f"sk-bench-{secrets.token_urlsafe(16)}"
         admin_token = f"sk-adm-{secrets.token_urlsafe(16)}"
         env = {
@@ -447,11 +465,19 @@ def main() -> None:
                       "--log-level", "WARNING"]  # fmt: skip
         procs.append(subprocess.Popen(engine_cmd, cwd=ROOT, env=env))
         wait_http(engine_url + "/health", 30, procs[-1], b"")
+        # Further replicas (--replicas): started after the gateway's place in ``procs``.
+        extra = [
+            subprocess.Popen([*engine_cmd[:4], str(port), *engine_cmd[5:]], cwd=ROOT, env=env)
+            for port in extra_ports
+        ]
+        for port, proc in zip(extra_ports, extra, strict=True):
+            wait_http(f"http://127.0.0.1:{port}/health", 30, proc, b"")
         if sink is not None:
             wait_http(sink_url + "/stats", 30, procs[-1], b"spans")
         gw_cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
         procs.append(subprocess.Popen(gw_cmd, cwd=ROOT, env=env))
         wait_http(gw_url + "/readyz", 30, procs[-1], b'"ready"')
+        procs.extend(extra)
         engine, gateway = psutil.Process(procs[0].pid), psutil.Process(procs[1].pid)
         if args.busy_cpus:
             # Bounded: each spinner stops by itself after the longest the phases can take.

@@ -45,6 +45,9 @@ class ModelSpec(_Strict):
     expected_output_tokens: int = Field(default=256, ge=0)
     # Upper bound a request's max_tokens may ask for (tokens).
     max_output_tokens: int = Field(default=8192, gt=0)
+    # Inside a pool, send requests sharing a prompt prefix to the replica that likely
+    # holds it in its KV cache (under a bounded-load rule); off: least predicted wait.
+    prefix_affinity: bool = False
 
 
 class PriceSpec(_Strict):
@@ -178,6 +181,8 @@ class HealthSettings(_Strict):
     ``error_rate_window_s`` reaches ``error_rate_threshold`` (with at least
     ``error_rate_min_requests`` requests). A pool ejected again within
     ``ramp_s`` of readmission ``max_readmissions`` times is flagged needs-replacement.
+    The ``scrape_*`` and ``replica_failures`` settings are the per-replica equivalents
+    (``gateway.replicas``).
     """
 
     probe_path: Literal["/health", "/v1/models"] = "/health"
@@ -191,6 +196,12 @@ class HealthSettings(_Strict):
     ramp_s: float = Field(default=30.0, ge=0)
     max_readmissions: int = Field(default=3, ge=1)
     drain_deadline_s: float = Field(default=120.0, gt=0)
+    # Replicas: each endpoint's ``/metrics`` is scraped every ``scrape_interval_s`` (at
+    # most ``scrape_timeout_s`` each); ``replica_failures`` failed scrapes or requests in
+    # a row take a replica out of its pool's choice (its pool keeps serving from the rest).
+    scrape_interval_s: float = Field(default=1.0, gt=0)
+    scrape_timeout_s: float = Field(default=0.5, gt=0)
+    replica_failures: int = Field(default=3, ge=1)
 
 
 class PricingSettings(_Strict):

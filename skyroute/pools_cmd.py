@@ -36,14 +36,45 @@ def render_pools(pools: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def render_replicas(replicas: list[dict[str, Any]]) -> str:
+    """One pool's replicas (``GET /admin/pools/{id}``), indented under its row: engine
+    running/waiting and KV-cache use from the last scrape, its age, failures, errors."""
+    lines = [
+        f"    {'replica':<32} {'state':<14} {'infl':>5} {'run':>5} {'wait':>5} {'kv%':>5} "
+        f"{'age_s':>6} {'fails':>5} {'errors':>6} {'served':>7}"
+    ]
+    for r in replicas:
+        kv = r["kv_cache_usage"] * 100 if r["kv_cache_usage"] is not None else None
+        fails = max(r["scrape_failures"], r["request_failures"])
+        lines.append(
+            f"    {r['address']:<32} {r['state']:<14} {r['inflight']:>5.0f} "
+            f"{cell(r['engine_running'], '>5.0f')} {cell(r['engine_waiting'], '>5.0f')} "
+            f"{cell(kv, '>5.0f')} {cell(r['scrape_age_s'], '>6.1f')} {fails:>5} "
+            f"{r['errors']:>6} {r['served']:>7}"
+        )
+    return "\n".join(lines)
+
+
 def cmd_pools(args: argparse.Namespace) -> int:
     with admin_client() as client:
         reply = client.get("/admin/pools")
-    if failed(reply):
-        return 1
-    pools = reply.json()["pools"]
+        if failed(reply):
+            return 1
+        pools = reply.json()["pools"]
+        if args.replicas:
+            for p in pools:
+                detail = client.get(f"/admin/pools/{p['id']}")
+                if failed(detail):
+                    return 1
+                p["replicas"] = detail.json()["replicas"]
     if args.output == "json":
         print(orjson.dumps(pools, option=orjson.OPT_INDENT_2).decode())
+    elif args.replicas:
+        table = render_pools(pools).splitlines()
+        print("\n".join(table[:2]))
+        for row, p in zip(table[2:], pools, strict=True):
+            print(row)
+            print(render_replicas(p["replicas"]))
     else:
         print(render_pools(pools))
     return 0
@@ -87,6 +118,9 @@ def register(sub: Any) -> None:
         "pools", help="table of every pool: state, in-flight, latency, price, replicas"
     )
     p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--replicas", action="store_true", help="each pool's replicas too (engine load, state)"
+    )
     p.set_defaults(func=cmd_pools)
     p = sub.add_parser("pool", help="cordon/drain or uncordon one pool")
     pool_sub = p.add_subparsers(dest="pool_command", required=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skyroute.pools_cmd import render_pools
+from skyroute.pools_cmd import render_pools, render_replicas
 
 POOL = {
     "id": "gcp:us-central1:cheap",
@@ -33,3 +33,25 @@ def test_pools_table_shows_state_inflight_latency_price_and_flags() -> None:
     ):
         assert text in row, text
     assert " - " in row  # unknown RTT
+
+
+REPLICA = {
+    "address": "http://10.0.0.7:8000",
+    "state": "scrape_failing",
+    "inflight": 2.0,
+    "engine_running": 5.0,
+    "engine_waiting": 12.0,
+    "kv_cache_usage": 0.81,
+    "scrape_age_s": 3.2,
+    "scrape_failures": 3,
+    "request_failures": 0,
+    "errors": 4,
+    "served": 17,
+}
+
+
+def test_replica_rows_show_state_engine_load_kv_use_and_failures() -> None:
+    row = render_replicas([REPLICA, {**REPLICA, "engine_running": None}]).splitlines()
+    for text in ("http://10.0.0.7:8000", "scrape_failing", " 12 ", " 81 ", "3.2", " 17"):
+        assert text in row[1], text
+    assert " - " in row[2]  # not scraped yet
