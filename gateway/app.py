@@ -26,6 +26,7 @@ from gateway.replica_scraper import ReplicaScraper
 from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
 from gateway.routes_ops import ops_router
+from gateway.routes_replicas import replicas_router
 from gateway.routes_tenants import tenants_router
 from gateway.settings import GatewaySettings
 from gateway.tracing import Tracing
@@ -101,6 +102,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     app.router.routes.extend(routes)
     app.add_fast_routes(routes)
     app.include_router(admin_router(gw))
+    app.include_router(replicas_router(gw))
     app.include_router(tenants_router(gw))
     app.include_router(ops_router(gw))
     app.include_router(dashboard_router(gw))

@@ -55,6 +55,8 @@ class Replica:
     # False after a scrape that got an answer with no engine metrics in it (404, not
     # Prometheus text): the replica is alive but its load is unknown.
     has_metrics: bool = True
+    # An operator drained it (shared through the live tables): no new requests.
+    drained: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,8 @@ class PoolReplicas:
     def state_of(self, i: int, now: float) -> str:
         """``ready``, ``scrape_failing`` or ``ejected`` (request failures), for display."""
         replica = self.replicas[i]
+        if replica.drained:
+            return "drained"
         if bool(self.table.available[i]):
             return "ready"
         if replica.ejected_until > now:
@@ -201,8 +205,18 @@ class PoolReplicas:
     def _set_available(self, i: int, now: float) -> None:
         replica = self.replicas[i]
         self.table.available[i] = (
-            replica.scrape_failures < self.limit and replica.ejected_until <= now
+            replica.scrape_failures < self.limit
+            and replica.ejected_until <= now
+            and not replica.drained
         )
+
+    def set_drained(self, drained: frozenset[str], now: float) -> None:
+        """Apply the operators' drains (base URLs) to this pool's replicas."""
+        for i, replica in enumerate(self.replicas):
+            flag = replica.address in drained
+            if flag != replica.drained:
+                replica.drained = flag
+                self._set_available(i, now)
 
     def _readmit(self, now: float) -> None:
         """Backoffs that ended: those replicas take traffic again (if their scrapes do)."""
@@ -244,8 +258,11 @@ class ReplicaSet:
         self._static: dict[str, tuple[str, ...]] = {}
         self.rebuild(policy)
 
-    def rebuild(self, policy: CompiledPolicy, rows: Mapping[str, PoolRow] | None = None) -> None:
-        """Align with ``policy`` (and the discovered replicas in ``rows``)."""
+    def rebuild(
+        self, policy: CompiledPolicy, rows: Mapping[str, PoolRow] | None = None, now: float = 0.0
+    ) -> None:
+        """Align with ``policy`` (and the discovered and drained replicas in ``rows``;
+        ``now`` in monotonic seconds)."""
         self._policy = policy
         self._static = {
             spec.id: tuple(str(e).rstrip("/") for e in spec.endpoints)
@@ -254,16 +271,25 @@ class ReplicaSet:
         pools = [self._aligned(spec, rows) for spec in policy.policy.pools]
         self.pools = pools
         self.by_id = {p.pool_id: p for p in pools}
+        if rows is not None:
+            self._drain(rows, now)
 
-    def follow(self, rows: Mapping[str, PoolRow]) -> None:
+    def follow(self, rows: Mapping[str, PoolRow], now: float = 0.0) -> None:
         """Take up the replicas a new snapshot reports: joined ones enter the choice,
-        gone ones leave it (and the prefix index). Cheap when nothing changed."""
+        gone ones leave it (and the prefix index), drained ones take no new requests.
+        Cheap when nothing changed. ``now``: monotonic seconds."""
         for spec, pool in zip(self._policy.policy.pools, self.pools, strict=True):
             row = rows.get(spec.id)
             wanted = row.endpoints if row is not None and row.endpoints else None
             if (wanted or self._static[spec.id]) != pool.table.ids:
-                self.rebuild(self._policy, rows)
+                self.rebuild(self._policy, rows, now)
                 return
+        self._drain(rows, now)
+
+    def _drain(self, rows: Mapping[str, PoolRow], now: float) -> None:
+        for pool in self.pools:
+            row = rows.get(pool.pool_id)
+            pool.set_drained(row.drained if row is not None else frozenset(), now)
 
     def _aligned(self, spec: PoolSpec, rows: Mapping[str, PoolRow] | None) -> PoolReplicas:
         """The pool's replicas under the current settings. The same addresses keep their

@@ -62,7 +62,7 @@ class RoutingState:
         self.retry_budget.reconfigure(
             routing.retry_budget_ratio, routing.retry_budget_min, routing.retry_budget_window_s
         )
-        self.replicas.rebuild(policy, snapshot.rows)
+        self.replicas.rebuild(policy, snapshot.rows, time.monotonic())
         self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
         self._engine_extra, self._unusable = None, []
 
@@ -71,7 +71,7 @@ class RoutingState:
         readmitted since this replica blocked it is unblocked here too, and the
         replicas its node group reports now are the ones requests choose among."""
         self.snapshot = Snapshot.build(self.policy, rows, taken_at_s)
-        self.replicas.follow(rows)
+        self.replicas.follow(rows, time.monotonic())
         for pid in self.outlier.ejected_ids():
             row = rows.get(pid)
             if row is not None and row.state is PoolState.HEALTHY and row.health.readmitted_s:

@@ -21,6 +21,7 @@ negative; readers sum the live replicas' shares.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -76,6 +77,11 @@ def _f(raw: Mapping[str, str], key: str, default: float = float("nan")) -> float
     except ValueError:
         return default
     return out if math.isfinite(out) else default
+
+
+# Field prefix in pool:{id}:replicas: one ``drain:<base URL>`` field per drained replica,
+# so draining and uncordoning are single HSET/HDEL calls, atomic without a script.
+_DRAINED = "drain:"
 
 
 def _endpoints(raw: str | None) -> tuple[str, ...]:
@@ -258,6 +264,9 @@ class LiveTables:
                 ready_replicas=_f(replicas, "ready"),
                 target_replicas=_f(replicas, "target"),
                 endpoints=_endpoints(replicas.get("endpoints")),
+                drained=frozenset(
+                    k[len(_DRAINED) :] for k in replicas if k.startswith(_DRAINED)
+                ),
                 health=HealthRecord.from_fields(health),
                 usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
                 price_source=price.get("source", ""),
@@ -302,6 +311,22 @@ class LiveTables:
         if endpoints is not None:
             mapping["endpoints"] = orjson.dumps(sorted(endpoints)).decode()
         await self._write(self._pool(pool_id, "replicas"), mapping)
+
+    async def set_replica_drained(self, pool_id: str, address: str, drained: bool) -> None:
+        """Drain (no new requests) or uncordon one replica of a pool, by its base URL, on
+        every gateway from its next snapshot. Idempotent. Raises TableError."""
+        key = self._pool(pool_id, "replicas")
+        field_name = _DRAINED + address.rstrip("/")
+        pipe = self.redis.pipeline(transaction=False)
+        if drained:
+            pipe.hset(key, field_name, str(int(time.time())))
+        else:
+            pipe.hdel(key, field_name)
+        pipe.publish(self.events_channel, key)  # gateways refresh at once
+        try:
+            await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"replica drain write failed: {exc}") from exc
 
     async def read_health(self, pool_id: str) -> HealthRecord:
         """A pool's shared health record (the default HEALTHY record if none)."""

@@ -45,6 +45,8 @@ class PoolRow:
     # autoscaler publishes them); empty when nothing was published, and the policy's
     # static ``endpoints`` apply.
     endpoints: tuple[str, ...] = ()
+    # Replicas an operator drained (``skyroute replica drain``): no new requests.
+    drained: frozenset[str] = frozenset()
     health: HealthRecord = field(default_factory=HealthRecord)
 
     @property

@@ -115,6 +115,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, tuple[str, str]] = {
     "pools": ("skyroute.pools_cmd", "table of every pool: state, in-flight, latency, price"),
     "pool": ("skyroute.pools_cmd", "cordon/drain or uncordon one pool"),
+    "replica": ("skyroute.pools_cmd", "drain or uncordon one replica of a pool"),
     "keys": ("skyroute.access_cmd", "create, list or revoke API keys"),
     "tenants": ("skyroute.access_cmd", "the effective tenants (policy + admin API)"),
     "usage": ("skyroute.access_cmd", "spend and tokens of a tenant"),

@@ -112,8 +112,47 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replica_drain(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"address": args.address, "wait": "true" if args.wait else "false"}
+    if args.deadline is not None:
+        params["deadline_s"] = args.deadline
+    with admin_client() as client:
+        timeout = client.timeout
+        if args.wait:
+            wait_s = args.deadline if args.deadline is not None else _DRAIN_WAIT_CAP_S
+            timeout = httpx.Timeout(wait_s + 10.0, connect=3.0)
+        reply = client.post(
+            f"/admin/pools/{args.pool_id}/replicas/drain", params=params, timeout=timeout
+        )
+    if failed(reply):
+        return 1
+    body = reply.json()
+    where = f"{args.pool_id} {body['address']}"
+    if body["drained"]:
+        print(f"{where}: drained (no request left on it after {body['waited_s']:.1f}s)")
+        return 0
+    left = (
+        "unknown until its next scrape" if body["inflight"] is None else f"{body['inflight']:.0f}"
+    )
+    status = "still has" if args.wait else "takes no new requests; it has"
+    print(f"{where}: {status} {left} request(s) running or waiting")
+    return 2 if args.wait else 0
+
+
+def cmd_replica_uncordon(args: argparse.Namespace) -> int:
+    with admin_client() as client:
+        reply = client.post(
+            f"/admin/pools/{args.pool_id}/replicas/uncordon", params={"address": args.address}
+        )
+    if failed(reply):
+        return 1
+    body = reply.json()
+    print(f"{args.pool_id} {body['address']}: {body['state']}")
+    return 0
+
+
 def register(sub: Any) -> None:
-    """Add ``pools`` and ``pool drain|uncordon``."""
+    """Add ``pools``, ``pool drain|uncordon`` and ``replica drain|uncordon``."""
     p = sub.add_parser(
         "pools", help="table of every pool: state, in-flight, latency, price, replicas"
     )
@@ -136,3 +175,17 @@ def register(sub: Any) -> None:
     u = pool_sub.add_parser("uncordon", help="bring a drained pool back")
     u.add_argument("pool_id")
     u.set_defaults(func=cmd_uncordon)
+    r = sub.add_parser("replica", help="drain or uncordon one replica of a pool")
+    replica_sub = r.add_subparsers(dest="replica_command", required=True)
+    d = replica_sub.add_parser(
+        "drain", help="no new requests to one replica; --wait until its engine is idle"
+    )
+    d.add_argument("pool_id")
+    d.add_argument("address", help="the replica's base URL, as `skyroute pools --replicas` shows")
+    d.add_argument("--wait", action="store_true", help="wait until it runs no request")
+    d.add_argument("--deadline", type=float, help="seconds to wait at most (default: the policy's)")
+    d.set_defaults(func=cmd_replica_drain)
+    u = replica_sub.add_parser("uncordon", help="let a drained replica take requests again")
+    u.add_argument("pool_id")
+    u.add_argument("address")
+    u.set_defaults(func=cmd_replica_uncordon)

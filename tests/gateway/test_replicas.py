@@ -246,3 +246,33 @@ def test_the_admin_api_shows_each_replicas_engine_load(
     assert all(r["engine_running"] == 0 and r["kv_cache_usage"] is not None for r in replicas)
     assert sum(r["served"] for r in replicas) == 1
     assert gw.admin("GET", "/admin/pools/nope").status_code == 404
+
+
+def test_a_drained_replica_takes_no_new_requests_until_it_is_uncordoned(
+    engines: list[Engine], gateway_factory: Any
+) -> None:
+    gw = gateway_factory(engines)
+    first, second = engines
+    wait_for(lambda: all(r["scrape_age_s"] is not None for r in _replicas(gw)), "a scrape")
+    drained = gw.admin("POST", f"/admin/pools/{POOL}/replicas/drain?address={first.url}&wait=true")
+    assert drained.status_code == 200, drained.text
+    assert drained.json()["drained"] is True
+    before = _received(first), _received(second)
+    assert all(_chat(gw, f"after the drain {n}") == 200 for n in range(10))
+    assert _received(first) == before[0]  # not one request on the drained replica
+    assert _received(second) == before[1] + 10
+    states = {r["address"]: r["state"] for r in _replicas(gw)}
+    assert states[first.url] == "drained"
+    back = gw.admin("POST", f"/admin/pools/{POOL}/replicas/uncordon?address={first.url}")
+    assert back.status_code == 200 and back.json()["state"] == "ready"
+    assert all(_chat(gw, f"after uncordon {n}") == 200 for n in range(10))
+    assert _received(first) > before[0]
+
+
+def test_draining_an_unknown_replica_is_a_404_naming_the_known_ones(
+    engines: list[Engine], gateway_factory: Any
+) -> None:
+    gw = gateway_factory(engines)
+    reply = gw.admin("POST", f"/admin/pools/{POOL}/replicas/drain?address=http://10.9.9.9:1")
+    assert reply.status_code == 404
+    assert engines[0].url in reply.json()["error"]["message"]
