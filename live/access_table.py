@@ -118,6 +118,12 @@ class AccessTables:
     def _k(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
 
+    def key(self, *parts: str) -> str:
+        """The full Redis key of a schema entry above, e.g. ``key("usage")``: for the
+        other modules of ``live/`` (the usage stream's reader, the refill), which must
+        not spell the prefix themselves."""
+        return self._k(*parts)
+
     async def _run(self, pipe: Pipeline) -> list[Any]:
         return await run_pipeline(pipe, "access tables")
 
