@@ -38,8 +38,8 @@ def _entries(raw: Any) -> list[Entry]:
 
 class UsageStream:
     """One named reader (``consumer``) of the usage stream in consumer group ``group``.
-    Every method raises TableError when Redis fails. The group is created on first
-    use, and again if Redis lost it (a restart with an empty dataset)."""
+    Every method raises TableError when Redis fails, or when the group is missing:
+    it is created by ``ensure_group`` or by the refill, never implicitly."""
 
     def __init__(self, tables: AccessTables, consumer: str, group: str = DEFAULT_GROUP) -> None:
         self.redis = tables.redis
@@ -60,14 +60,15 @@ class UsageStream:
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
-            try:
-                return await call()
-            except ResponseError as exc:
-                if "NOGROUP" not in str(exc):
-                    raise
-                # Redis came back empty: the stream and its group are new.
-                await self.ensure_group()
-                return await call()
+            return await call()
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                # Redis lost its data. The reader must not recreate the group itself:
+                # the refill does (live.access_refill), in the same transaction that adds
+                # the spend in the store to Redis's counters, so nothing written after
+                # the loss reaches the store before that spend is read from it.
+                raise TableError(f"{what}: no usage group (waiting for the refill)") from exc
+            raise TableError(f"{what} failed: {exc}") from exc
         except RedisError as exc:
             raise TableError(f"{what} failed: {exc}") from exc
 

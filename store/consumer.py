@@ -113,7 +113,6 @@ class UsageConsumer:
         failing: set[str] = set()
         while True:
             try:
-                await self.stream.ensure_group()
                 while True:
                     if not await self.run_once() and self.block_ms is None:
                         await asyncio.sleep(0.1)  # nothing waiting, and Redis did not wait

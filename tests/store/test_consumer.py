@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from base.errors import StoreError
+from base.errors import StoreError, TableError
 from live.access_table import AccessTables, period_ids
 from live.usage_stream import UsageStream
 from store.consumer import LedgerWriter, UsageConsumer
@@ -142,7 +142,7 @@ async def test_a_malformed_entry_is_acknowledged_and_the_rest_written(
 
 
 @run_async
-async def test_the_consumer_carries_on_after_redis_lost_the_stream_and_its_group(
+async def test_the_consumer_waits_for_the_refill_after_redis_lost_its_group(
     db_url: str, live_redis: RedisTarget
 ) -> None:
     async with opened(db_url) as store, access_tables(live_redis) as tables:
@@ -152,5 +152,8 @@ async def test_the_consumer_carries_on_after_redis_lost_the_stream_and_its_group
         assert await reader.drain() == 3
         await tables.redis.delete(tables.key("usage"))
         await publish(tables, [usage(n) for n in range(3, 5)])
+        with pytest.raises(TableError, match="no usage group"):
+            await reader.drain()
+        await reader.stream.ensure_group()  # what the refill does (tests/store/test_restore.py)
         assert await reader.drain() == 2
         assert await store.ledger.count() == 5
