@@ -17,6 +17,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.proxy import Forwarder
 from gateway.routing_state import RoutingState
 from gateway.settings import GatewaySettings
+from gateway.store_sync import StoreSync
 from gateway.sync import TableSync
 from gateway.tracing import Tracing
 from gateway.usage import UsageLog
@@ -26,6 +27,8 @@ from live.policy_file import PolicySource
 from live.tables import LiveTables
 from router.compiled import compile_policy
 from router.policy import Policy
+from store.engine import default_database_url
+from store.store import Store
 
 
 @dataclass
@@ -44,6 +47,8 @@ class Gateway:
     usage: UsageLog[UsageRecord]
     demand: UsageLog[DemandRecord]
     tracing: Tracing
+    store: Store
+    store_sync: StoreSync
     forwarder: Forwarder | None = None
     draining: bool = False
 
@@ -95,6 +100,17 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         task.add_done_callback(background.discard)
 
     policies.subscribe(on_swap)
+
+    async def on_restored() -> None:
+        # The refill wrote the admin-API tenants; the policy's limits and the bootstrap
+        # key are this replica's to publish.
+        await access.refresh()
+        await access.publish()
+
+    store_url = settings.database_url or default_database_url()
+    store = Store.open(store_url)
+    store_sync = StoreSync(store, store_url, access_tables, settings.replica_id, on_restored)
+    sync.on_recovery = store_sync.poke
     return Gateway(
         settings=settings,
         state=state,
@@ -108,4 +124,6 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         usage=usage,
         demand=demand,
         tracing=tracing if tracing is not None else Tracing.from_env(),
+        store=store,
+        store_sync=store_sync,
     )
