@@ -19,6 +19,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -88,6 +89,8 @@ class AccessControl:
         self._admitted: dict[str, tuple[str, str, float]] = {}
         # Recent verdicts for keys of tenants without limits: (caller, checked at, expiry).
         self._fresh: dict[str, tuple[Caller, float, float]] = {}
+        # Called (without waiting) when Redis has evidently lost the key table.
+        self.on_data_loss: Callable[[], None] | None = None
         self._recompute()
 
     def _recompute(self) -> None:
@@ -155,7 +158,16 @@ class AccessControl:
             await self.publish()
             return await self.admit(digest_hex, est_tokens)
         if code == AdmitCode.UNKNOWN:
-            raise AuthenticationError("Incorrect API key provided.")
+            known = self._admitted.get(digest_hex)
+            if known is None or (known[2] and known[2] <= now):
+                raise AuthenticationError("Incorrect API key provided.")
+            # Keys are revoked, never deleted: Redis not knowing a key this replica has
+            # admitted means Redis lost its data. Serve the key from memory, as while
+            # Redis is down, and have the store refill Redis now.
+            if self.on_data_loss is not None:
+                self.on_data_loss()
+            tenant, key_id, _ = known
+            return Caller(tenant, self.tenant(tenant), key_id)
         if code == AdmitCode.REVOKED:
             self._admitted.pop(digest_hex, None)
             raise AuthenticationError("This API key has been revoked.")

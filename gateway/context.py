@@ -111,6 +111,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
     store = Store.open(store_url)
     store_sync = StoreSync(store, store_url, access_tables, settings.replica_id, on_restored)
     sync.on_recovery = store_sync.poke
+    access.on_data_loss = store_sync.poke
     return Gateway(
         settings=settings,
         state=state,
