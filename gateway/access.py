@@ -19,7 +19,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -91,6 +91,8 @@ class AccessControl:
         self._fresh: dict[str, tuple[Caller, float, float]] = {}
         # Called (without waiting) when Redis has evidently lost the key table.
         self.on_data_loss: Callable[[], None] | None = None
+        # Whether Redis holds the store's last refill (None: no store to refill from).
+        self.filled: Callable[[], Awaitable[bool]] | None = None
         self._recompute()
 
     def _recompute(self) -> None:
@@ -119,6 +121,12 @@ class AccessControl:
     async def refresh(self) -> None:
         """Re-read the admin-API tenants; publish limits if anything changed."""
         overrides = await self.tables.tenant_overrides()
+        if overrides != self._overrides and self.filled is not None and not await self.filled():
+            # Redis lost its data and waits for the store's refill: its (missing) tenants
+            # are not a change to apply. The refill calls refresh again.
+            if self.on_data_loss is not None:
+                self.on_data_loss()
+            return
         if overrides != self._overrides:
             self._overrides = overrides
             self._recompute()

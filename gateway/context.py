@@ -21,6 +21,7 @@ from gateway.store_sync import StoreSync
 from gateway.sync import TableSync
 from gateway.tracing import Tracing
 from gateway.usage import UsageLog
+from live.access_refill import AccessRefill
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
 from live.policy_file import PolicySource
@@ -112,6 +113,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
     store_sync = StoreSync(store, store_url, access_tables, settings.replica_id, on_restored)
     sync.on_recovery = store_sync.poke
     access.on_data_loss = store_sync.poke
+    access.filled = AccessRefill(access_tables).filled
     return Gateway(
         settings=settings,
         state=state,
