@@ -3,7 +3,11 @@ crashes between writing and acknowledging, store outages and an emptied Redis.""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,8 @@ from store.store import Store
 from tests.aio import run_async
 from tests.live.conftest import RedisTarget
 from tests.store.helpers import TS_S, access_tables, opened, publish, usage
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Crash(Exception):
@@ -157,3 +163,30 @@ async def test_the_consumer_waits_for_the_refill_after_redis_lost_its_group(
         await reader.stream.ensure_group()  # what the refill does (tests/store/test_restore.py)
         assert await reader.drain() == 2
         assert await store.ledger.count() == 5
+
+
+@run_async
+async def test_a_consumer_process_sigkilled_after_its_commit_loses_and_doubles_nothing(
+    db_url: str, live_redis: RedisTarget
+) -> None:
+    async with opened(db_url) as store, access_tables(live_redis) as tables:
+        await publish(tables, [usage(n) for n in range(25)])
+        await UsageStream(tables, consumer="setup").ensure_group()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.store.crash_consumer",
+            db_url, live_redis.url, live_redis.prefix,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+        finally:
+            proc.kill()
+            await proc.wait()
+        assert line.decode().strip() == "committed 10"
+        assert await store.ledger.count() == 10
+        survivor = consumer(tables, store.ledger, "gw-b")
+        assert await survivor.drain() == 25
+        assert (survivor.written, await store.ledger.count()) == (15, 25)
+        assert await month_spend(store) == 25 * 1_000
