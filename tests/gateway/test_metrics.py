@@ -40,11 +40,17 @@ DECLARED: dict[str, tuple[str, frozenset[str]]] = {
         ("skyroute_pool_needs_replacement", "gauge", ("pool",)),
         ("skyroute_retries_denied_total", "counter", ("model",)),
         ("skyroute_inflight_requests", "gauge", ("pool",)),
+        ("skyroute_hedges_total", "counter", ("model",)),
+        ("skyroute_store_ready", "gauge", ()),
+        ("skyroute_ledger_records_total", "counter", ()),
+        ("skyroute_ledger_malformed_records_total", "counter", ()),
+        ("skyroute_redis_refills_total", "counter", ()),
     ]
 }
 # Families the module's traffic (plain, streamed and failed-over requests) must give series.
 # Pool transitions and denied retries need an ejection or an exhausted retry budget.
 WITH_SERIES_AFTER_TRAFFIC = set(DECLARED) - {
+    "skyroute_hedges_total",
     "skyroute_rejected_requests_total",
     "skyroute_pool_transitions_total",
     "skyroute_retries_denied_total",

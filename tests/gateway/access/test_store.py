@@ -109,6 +109,14 @@ def test_redis_losing_the_prefix_loses_no_key_tenant_or_spend(replica: Gateway) 
     requests, _, spent = eventually(lambda: in_store(replica, tenant), lambda s: s[0] >= 5, 10)
     assert requests == 5
     assert redis_spend(replica, tenant) == spent
+    metrics = {
+        line.split()[0]: float(line.split()[1])
+        for line in replica.admin("GET", "/metrics").text.splitlines()
+        if line.startswith("skyroute_") and " " in line
+    }
+    assert metrics["skyroute_redis_refills_total"] == 2  # at start-up, and after the loss
+    assert metrics["skyroute_ledger_records_total"] == 5
+    assert metrics["skyroute_store_ready"] == 1
 
 
 def test_with_the_store_down_requests_are_served_and_admin_writes_refused(
