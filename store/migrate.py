@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -21,6 +22,8 @@ from base.errors import StoreError
 from store.engine import make_engine
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+# The PostgreSQL advisory lock held while migrating (any constant, the same everywhere).
+LOCK_KEY = 0x736B79726F757465  # "skyroute"
 
 
 def alembic_config() -> Config:
@@ -55,6 +58,10 @@ async def migrate(url: str) -> str:
     engine = make_engine(url)
     try:
         async with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Replicas starting together migrate one after the other: the second
+                # finds the schema at head (the lock is released at commit).
+                await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
             await conn.run_sync(_upgrade, alembic_config())
         async with engine.connect() as conn:
             revision = await conn.run_sync(_current)
