@@ -19,6 +19,7 @@ COPY pyproject.toml README.md ./
 COPY base/ base/
 COPY router/ router/
 COPY live/ live/
+COPY store/ store/
 COPY adapters/ adapters/
 COPY simengine/ simengine/
 COPY gateway/ gateway/

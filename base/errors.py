@@ -28,6 +28,7 @@ import it.
     │   │   └── EngineMetricsError  a /metrics page with none of vLLM's, SGLang's or TGI's metrics
     │   └── UpstreamStreamError     failed after bytes reached the client (never retried)
     ├── TableError                  the live tables in Redis could not be read or written
+    ├── StoreError                  the system of record (SQL) could not be read or written -> 503
     ├── SimulationError             bad simulator input (simulator.errors)
     ├── PriceFeedError              a price feed could not be read (``reason`` says why)
     ├── CommandError                the command line cannot do what it was asked (says what to do)
@@ -177,6 +178,12 @@ class UpstreamStreamError(UpstreamError):
 
 class TableError(SkyrouteError):
     """The live tables in Redis could not be read or written."""
+
+
+class StoreError(SkyrouteError):
+    """The system of record (PostgreSQL or SQLite, ``store/``) could not be read or
+    written, or its schema could not be migrated. Nothing was committed by the call
+    that raised it."""
 
 
 class PriceFeedError(SkyrouteError):

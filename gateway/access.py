@@ -19,6 +19,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -88,6 +89,10 @@ class AccessControl:
         self._admitted: dict[str, tuple[str, str, float]] = {}
         # Recent verdicts for keys of tenants without limits: (caller, checked at, expiry).
         self._fresh: dict[str, tuple[Caller, float, float]] = {}
+        # Called (without waiting) when Redis has evidently lost the key table.
+        self.on_data_loss: Callable[[], None] | None = None
+        # Whether Redis holds the store's last refill (None: no store to refill from).
+        self.filled: Callable[[], Awaitable[bool]] | None = None
         self._recompute()
 
     def _recompute(self) -> None:
@@ -116,6 +121,12 @@ class AccessControl:
     async def refresh(self) -> None:
         """Re-read the admin-API tenants; publish limits if anything changed."""
         overrides = await self.tables.tenant_overrides()
+        if overrides != self._overrides and self.filled is not None and not await self.filled():
+            # Redis lost its data and waits for the store's refill: its (missing) tenants
+            # are not a change to apply. The refill calls refresh again.
+            if self.on_data_loss is not None:
+                self.on_data_loss()
+            return
         if overrides != self._overrides:
             self._overrides = overrides
             self._recompute()
@@ -155,7 +166,16 @@ class AccessControl:
             await self.publish()
             return await self.admit(digest_hex, est_tokens)
         if code == AdmitCode.UNKNOWN:
-            raise AuthenticationError("Incorrect API key provided.")
+            known = self._admitted.get(digest_hex)
+            if known is None or (known[2] and known[2] <= now):
+                raise AuthenticationError("Incorrect API key provided.")
+            # Keys are revoked, never deleted: Redis not knowing a key this replica has
+            # admitted means Redis lost its data. Serve the key from memory, as while
+            # Redis is down, and have the store refill Redis now.
+            if self.on_data_loss is not None:
+                self.on_data_loss()
+            tenant, key_id, _ = known
+            return Caller(tenant, self.tenant(tenant), key_id)
         if code == AdmitCode.REVOKED:
             self._admitted.pop(digest_hex, None)
             raise AuthenticationError("This API key has been revoked.")

@@ -59,6 +59,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
         await gw.sync.first_refresh()
         with contextlib.suppress(TableError):
             await gw.access.publish()
+        await gw.store_sync.start()
         tasks = [
             asyncio.create_task(gw.sync.refresh(), name="snapshot-refresh"),
             asyncio.create_task(gw.sync.flush(), name="table-flush"),
@@ -68,6 +69,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             asyncio.create_task(gw.access.refresh_loop(), name="tenant-refresh"),
             asyncio.create_task(gw.health.probes(upstream), name="health-probes"),
             asyncio.create_task(ReplicaScraper(gw.state, upstream).run(), name="replica-scrape"),
+            asyncio.create_task(gw.store_sync.run(), name="store-sync"),
         ]
         logger.info(
             "gateway replica %s up: %d pools, policy %s",
@@ -84,6 +86,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             with contextlib.suppress(TableError):
                 await gw.sync.flush_once()
             await gw.sync.release()
+            await gw.store.close()
             gw.tracing.shutdown()
             await upstream.close()
             await gw.tables.redis.aclose()

@@ -17,15 +17,19 @@ from gateway.metrics import GatewayMetrics
 from gateway.proxy import Forwarder
 from gateway.routing_state import RoutingState
 from gateway.settings import GatewaySettings
+from gateway.store_sync import StoreSync
 from gateway.sync import TableSync
 from gateway.tracing import Tracing
 from gateway.usage import UsageLog
+from live.access_refill import AccessRefill
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
 from live.policy_file import PolicySource
 from live.tables import LiveTables
 from router.compiled import compile_policy
 from router.policy import Policy
+from store.engine import default_database_url
+from store.store import Store
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Gateway:
     usage: UsageLog[UsageRecord]
     demand: UsageLog[DemandRecord]
     tracing: Tracing
+    store: Store
+    store_sync: StoreSync
     forwarder: Forwarder | None = None
     draining: bool = False
 
@@ -95,6 +101,19 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         task.add_done_callback(background.discard)
 
     policies.subscribe(on_swap)
+
+    async def on_restored() -> None:
+        # The refill wrote the admin-API tenants; the policy's limits and the bootstrap
+        # key are this replica's to publish.
+        await access.refresh()
+        await access.publish()
+
+    store_url = settings.database_url or default_database_url()
+    store = Store.open(store_url)
+    store_sync = StoreSync(store, store_url, access_tables, settings.replica_id, on_restored)
+    sync.on_recovery = store_sync.poke
+    access.on_data_loss = store_sync.poke
+    access.filled = AccessRefill(access_tables).filled
     return Gateway(
         settings=settings,
         state=state,
@@ -108,4 +127,6 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         usage=usage,
         demand=demand,
         tracing=tracing if tracing is not None else Tracing.from_env(),
+        store=store,
+        store_sync=store_sync,
     )

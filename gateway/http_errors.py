@@ -29,6 +29,7 @@ from base.errors import (
     RequestError,
     RoutingError,
     SkyrouteError,
+    StoreError,
     TableError,
     UpstreamConnectError,
     UpstreamError,
@@ -70,6 +71,7 @@ TABLE: Mapping[type[SkyrouteError], HttpError] = {
     UpstreamError: HttpError(502, "upstream_error", "upstream_error"),
     UpstreamTimeout: HttpError(504, "upstream_error", "upstream_timeout"),
     TableError: HttpError(503, "service_unavailable", "tables_unavailable"),
+    StoreError: HttpError(503, "service_unavailable", "store_unavailable"),
     PolicyError: HttpError(400, "invalid_request_error", "invalid_policy"),
     SkyrouteError: HttpError(500, "server_error"),
 }

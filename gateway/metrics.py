@@ -127,6 +127,25 @@ class GatewayMetrics:
             ("pool",),
             registry=r,
         )
+        self.store_ready = Gauge(
+            "skyroute_store_ready", "1 once the store's schema is migrated.", registry=r
+        )
+        self.ledger_records = Counter(
+            "skyroute_ledger_records",
+            "Usage records this replica's consumer wrote to the store's ledger.",
+            registry=r,
+        )
+        self.ledger_malformed = Counter(
+            "skyroute_ledger_malformed_records",
+            "Usage stream entries dropped as malformed by this replica's consumer.",
+            registry=r,
+        )
+        self.redis_refills = Counter(
+            "skyroute_redis_refills",
+            "Refills of Redis from the store by this replica (Redis had lost its data).",
+            registry=r,
+        )
+        self._totals: dict[Counter, int] = {}
 
     def observe_finish(
         self,
@@ -170,6 +189,13 @@ class GatewayMetrics:
         if total > self._redis_errors_seen:
             self.redis_errors.inc(total - self._redis_errors_seen)
             self._redis_errors_seen = total
+
+    def sync_total(self, counter: Counter, total: int) -> None:
+        """Bring ``counter`` up to ``total`` (a running count kept elsewhere)."""
+        seen = self._totals.get(counter, 0)
+        if total > seen:
+            counter.inc(total - seen)
+            self._totals[counter] = total
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

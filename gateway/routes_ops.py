@@ -50,6 +50,11 @@ def ops_router(gw: Gateway) -> APIRouter:
         m.snapshot_age.set(age if age != float("inf") else -1)
         m.redis_up.set(1 if gw.state.redis_ok else 0)
         m.sync_redis_errors(gw.sync.redis_errors)
+        store = gw.store_sync
+        m.store_ready.set(1 if store.migrated else 0)
+        m.sync_total(m.ledger_records, store.consumer.written)
+        m.sync_total(m.ledger_malformed, store.consumer.malformed)
+        m.sync_total(m.redis_refills, store.restorer.restores)
         for pid, n in gw.state.inflight.items():
             m.inflight.labels(pid).set(n)
         for pid, row in gw.state.snapshot.rows.items():

@@ -2,10 +2,16 @@
 
 A key's secret is returned once, by the call that creates it, and never again: only
 its SHA-256 is stored.
+
+Tenant and key changes are written through: to the system of record first (``store/``;
+503 ``store_unavailable`` if it does not answer, and nothing changes), then to Redis,
+so that Redis can always be rebuilt from the store.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 import secrets
 import time
@@ -17,10 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
 from base.auth_digest import digest_hex
-from base.errors import InvalidRequest, ModelNotFound
+from base.errors import InvalidRequest, ModelNotFound, StoreError
 from gateway.context import Gateway
 from live.access_table import NANO, KeyRecord
 from router.policy import Policy, TenantSpec
+from store.records import StoredKey
+
+logger = logging.getLogger(__name__)
 
 GROUPS = ("pool", "model", "region", "provider", "total")
 # Year 5138: far enough for any query, near enough for datetime to represent.
@@ -61,6 +70,10 @@ def _json_body(model: type[BaseModel]) -> dict[str, Any]:
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _key_view(record: KeyRecord) -> dict[str, Any]:
@@ -119,6 +132,7 @@ def tenants_router(gw: Gateway) -> APIRouter:
             param = ".".join(str(p) for p in first["loc"]) or None
             raise InvalidRequest(f"invalid tenant: {first['msg']}", param=param) from exc
         _check_references(spec, gw.state.policy.policy)
+        await gw.store.put_tenant(name, spec, now_ms=_now_ms())
         await gw.access.tables.put_tenant(name, spec)
         await gw.access.refresh()
         return _json({"tenant": name, **spec.model_dump()})
@@ -127,7 +141,8 @@ def tenants_router(gw: Gateway) -> APIRouter:
     async def delete_tenant(request: Request, name: str) -> Response:
         """Forget an admin-API tenant (the policy's definition, if any, applies again)."""
         authorize(request)
-        existed = await gw.access.tables.delete_tenant(name)
+        in_store = await gw.store.delete_tenant(name, now_ms=_now_ms())
+        existed = await gw.access.tables.delete_tenant(name) or in_store
         await gw.access.refresh()
         return _json({"tenant": name, "deleted": existed})
 
@@ -151,7 +166,18 @@ def tenants_router(gw: Gateway) -> APIRouter:
             expires_s=now + body.expires_in_s if body.expires_in_s else 0.0,
             revoked=False,
         )
-        await gw.access.tables.store_key(digest_hex(secret), record)
+        digest = digest_hex(secret)
+        await gw.store.add_key(
+            StoredKey(
+                key_id=record.id,
+                tenant=record.tenant,
+                digest=digest,
+                name=record.name,
+                created_ms=round(record.created_s * 1000),
+                expires_ms=round(record.expires_s * 1000) if record.expires_s else None,
+            )
+        )
+        await gw.access.tables.store_key(digest, record)
         return _json({**_key_view(record), "secret": secret}, status=201)
 
     @router.get("/keys")
@@ -164,7 +190,9 @@ def tenants_router(gw: Gateway) -> APIRouter:
     async def revoke_key(request: Request, key_id: str) -> Response:
         """Revoke a key: refused on every replica from the next request on."""
         authorize(request)
-        found = await gw.access.tables.revoke_key(key_id)
+        # The bootstrap key lives in Redis only (the environment re-creates it).
+        in_store = await gw.store.revoke_key(key_id, now_ms=_now_ms())
+        found = await gw.access.tables.revoke_key(key_id) or in_store
         if not found:
             raise InvalidRequest(f"no key {key_id!r}", param="key_id")
         return _json({"id": key_id, "revoked": True})
@@ -178,7 +206,11 @@ def tenants_router(gw: Gateway) -> APIRouter:
         to_s: float | None = None,
     ) -> Response:
         """Spend and tokens of ``tenant`` over [from_s, to_s) (unix s; default the last
-        24 h), grouped by pool, model, region, provider or total. Costs in USD."""
+        24 h), grouped by pool, model, region, provider or total. Costs in USD.
+
+        Read from the store's ledger (``source: store``; it trails the gateways by the
+        usage consumer's latency, normally milliseconds), or, when the store does not
+        answer, from Redis's hourly roll-ups (``source: redis``; whole hours)."""
         authorize(request)
         if group_by not in GROUPS:
             raise InvalidRequest(f"group_by must be one of {GROUPS}", param="group_by")
@@ -189,13 +221,23 @@ def tenants_router(gw: Gateway) -> APIRouter:
                 )
         end = to_s if to_s is not None else time.time() + 1
         start = from_s if from_s is not None else end - 86400
-        groups = await gw.access.tables.usage(tenant, start, end, group_by)
+        source = "store"
+        try:
+            groups = await gw.store.ledger.totals(
+                tenant, math.floor(start * 1000), math.ceil(end * 1000), group_by
+            )
+        except StoreError as exc:
+            # An answer from Redis's hourly roll-ups beats none; ``source`` says which.
+            logger.warning("usage from redis roll-ups: the store failed: %s", exc)
+            source = "redis"
+            groups = await gw.access.tables.usage(tenant, start, end, group_by)
         out = {
             name: {**m, "cost_usd": m.get("cost_nusd", 0) / NANO}
             for name, m in sorted(groups.items())
         }
         return _json(
-            {"tenant": tenant, "from_s": start, "to_s": end, "group_by": group_by, "groups": out}
-        )
+            {"tenant": tenant, "from_s": start, "to_s": end, "group_by": group_by,
+             "source": source, "groups": out}
+        )  # fmt: skip
 
     return router

@@ -72,6 +72,8 @@ class TableSync:
         self.skipped_flushes = 0
         self._flushed_inflight: dict[str, int] | None = None
         self._flushed_at = -float("inf")
+        # Called when Redis answers again after failing (the store's restore check).
+        self.on_recovery: Callable[[], None] | None = None
 
     def _mark(self, ok: bool, what: str, exc: BaseException | None = None) -> None:
         # The first failure of each kind is logged with its exception, also when Redis
@@ -80,6 +82,8 @@ class TableSync:
         if ok:
             if not self.state.redis_ok and self._failing:
                 logger.info("redis reachable again; live tables re-synced")
+                if self.on_recovery is not None:
+                    self.on_recovery()
             self._failing.clear()
         else:
             self.redis_errors += 1

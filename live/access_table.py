@@ -36,6 +36,8 @@ from router.policy import TenantSpec
 
 NANO = 1_000_000_000
 USAGE_STREAM_MAXLEN = 1_000_000
+# A spend counter outlives the longest budget period (a month) by a margin.
+SPEND_TTL_S = 40 * 86400
 GROUPS = ("pool", "model", "region", "provider")
 
 
@@ -117,6 +119,12 @@ class AccessTables:
 
     def _k(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
+
+    def key(self, *parts: str) -> str:
+        """The full Redis key of a schema entry above, e.g. ``key("usage")``: for the
+        other modules of ``live/`` (the usage stream's reader, the refill), which must
+        not spell the prefix themselves."""
+        return self._k(*parts)
 
     async def _run(self, pipe: Pipeline) -> list[Any]:
         return await run_pipeline(pipe, "access tables")
@@ -202,6 +210,11 @@ class AccessTables:
     async def write_limits(self, tenants: Mapping[str, TenantSpec]) -> None:
         """Publish the limits admission enforces for every tenant. Idempotent."""
         pipe = self.redis.pipeline(transaction=False)
+        self.queue_limits(pipe, tenants)
+        await self._run(pipe)
+
+    def queue_limits(self, pipe: Pipeline, tenants: Mapping[str, TenantSpec]) -> None:
+        """Queue ``write_limits``'s commands on ``pipe`` (the refill's transaction)."""
         for name, spec in tenants.items():
             key = self._k("limits", name)
             pipe.delete(key)
@@ -213,7 +226,6 @@ class AccessTables:
             if spec.budget_usd is not None:
                 fields["budget_nusd"] = str(round(spec.budget_usd * NANO))
             pipe.hset(key, mapping=fields)
-        await self._run(pipe)
 
     # -- the request path ------------------------------------------------------------------
     async def admit(self, digest_hex: str, now_s: float, est_tokens: int) -> Admission:
@@ -283,7 +295,7 @@ class AccessTables:
             pipe.expire(hour, 90 * 86400)
         for skey, amount in spend.items():
             pipe.incrby(skey, amount)
-            pipe.expire(skey, 40 * 86400)
+            pipe.expire(skey, SPEND_TTL_S)
         for tenant, delta in tpm.items():
             if delta:
                 # EVAL, not EVALSHA: this runs once per tenant per flush, inside a

@@ -264,9 +264,7 @@ class LiveTables:
                 ready_replicas=_f(replicas, "ready"),
                 target_replicas=_f(replicas, "target"),
                 endpoints=_endpoints(replicas.get("endpoints")),
-                drained=frozenset(
-                    k[len(_DRAINED) :] for k in replicas if k.startswith(_DRAINED)
-                ),
+                drained=frozenset(k[len(_DRAINED) :] for k in replicas if k.startswith(_DRAINED)),
                 health=HealthRecord.from_fields(health),
                 usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
                 price_source=price.get("source", ""),

@@ -40,6 +40,16 @@ def redis_url() -> Iterator[str]:
         yield embedded.url
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Gateways built without ``SKYROUTE_DATABASE_URL`` keep their embedded store in the
+    session's temporary directory, never in the user's."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
+    yield
+    patch.undo()
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the figures integration tests measured (see tests/figures.py)."""
     from tests.figures import FIGURES  # noqa: PLC0415 - only when the run ends

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (
-    "base", "router", "live", "adapters", "simengine", "gateway", "pricing", "autoscaler",
+    "base", "router", "live", "store", "adapters", "simengine", "gateway", "pricing", "autoscaler",
     "simulator", "skyroute",
 )  # fmt: skip
 LINT = Path(sys.executable).with_name("lint-imports")
@@ -55,6 +55,9 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ("pricing/feed.py", "import gateway.settings", "entry-points"),
         ("gateway/auth.py", "import boto3", "cloud-sdks"),
         ("live/lease.py", "import adapters.upstream", "storage-room"),
+        ("store/ledger.py", "import httpx", "storage-room"),
+        ("store/usage_rows.py", "import pricing.feed", "layers"),
+        ("gateway/routes_tenants.py", "import sqlalchemy", "sql-in-store"),
         ("simulator/trace.py", "import live.tables", "offline-simulator"),
     ],
 )

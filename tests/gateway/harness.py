@@ -95,6 +95,11 @@ class Gateway:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def store_path(self) -> Path:
+        """The embedded store (SQLite file) of this replica's prefix."""
+        return self.policy.parent / f"store-{self.prefix.replace(':', '-')}.db"
+
     def start(self) -> Gateway:
         env = {
             **os.environ,
@@ -105,6 +110,9 @@ class Gateway:
             "SKYROUTE_API_KEY": API_KEY,
             "SKYROUTE_ADMIN_TOKEN": ADMIN_TOKEN,
             "SKYROUTE_POLICY_POLL_S": "0.2",
+            # One store per Redis prefix, as one store per deployment: replicas of a test
+            # share it, tests do not.
+            "SKYROUTE_DATABASE_URL": f"sqlite+aiosqlite:///{self.store_path}",
             **self.extra_env,
         }
         self.log = self.policy.parent / f"gateway-{self.port}.log"

@@ -41,6 +41,10 @@ DECLARED: dict[str, tuple[str, frozenset[str]]] = {
         ("skyroute_pool_needs_replacement", "gauge", ("pool",)),
         ("skyroute_retries_denied_total", "counter", ("model",)),
         ("skyroute_inflight_requests", "gauge", ("pool",)),
+        ("skyroute_store_ready", "gauge", ()),
+        ("skyroute_ledger_records_total", "counter", ()),
+        ("skyroute_ledger_malformed_records_total", "counter", ()),
+        ("skyroute_redis_refills_total", "counter", ()),
     ]
 }
 # Families the module's traffic (plain, streamed and failed-over requests) must give series.

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -124,7 +125,21 @@ def burst(usage_gateway: Gateway, redis_url: str) -> Burst:
     secret = str(create_key(usage_gateway, tenant)["secret"])
     sent, outcomes = run_burst(usage_gateway, secret, PLAN)
     records = wait_for_records(redis_url, usage_gateway.prefix, tenant, len(sent))
+    _wait_for_ledger(usage_gateway, tenant, len(records))
     return Burst(usage_gateway, tenant, sent, outcomes, records)
+
+
+def _wait_for_ledger(gw: Gateway, tenant: str, want: int, timeout_s: float = 10.0) -> None:
+    """Until /admin/usage (the store's ledger, which trails the Redis stream by the
+    usage consumer) counts ``want`` requests of ``tenant``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = admin(gw, "GET", f"/admin/usage?tenant={tenant}").json()
+        if body["groups"].get("all", {}).get("requests", 0) >= want:
+            assert body["source"] == "store"
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the ledger has fewer than {want} requests of {tenant} after {timeout_s} s")
 
 
 def _sums(records: list[dict[str, str]], group: str) -> dict[str, dict[str, int]]:

@@ -1,0 +1,123 @@
+"""The usage ledger and spend per budget period, in SQL.
+
+``write`` is the only writer: one transaction stores a batch of rows, each at most once
+(INSERT ... ON CONFLICT (idempotency_id) DO NOTHING), and adds to ``spend`` exactly
+the rows it inserted. Replaying a batch after a crash therefore changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store.dialect import upsert_insert
+from store.errors import store_errors
+from store.records import LedgerRow
+from store.schema import spend, usage_ledger
+from store.usage_rows import spend_deltas
+
+# Rows per INSERT statement: 12 parameters each stays far below SQLite's 32766 limit.
+CHUNK = 500
+GROUPS = ("pool", "model", "region", "provider", "total")
+METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
+
+
+class Ledger:
+    """The usage ledger of one database."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def write(self, rows: Sequence[LedgerRow]) -> list[LedgerRow]:
+        """Store ``rows`` and their spend in one transaction; returns the rows that were
+        new (the others were already stored and count nothing again). Idempotent.
+        Raises StoreError, and then nothing of the batch is committed."""
+        if not rows:
+            return []
+        # One lock order for every writer: two consumers replaying overlapping batches
+        # on PostgreSQL must not deadlock on each other's uncommitted unique entries.
+        ordered = sorted(rows, key=lambda r: r.idempotency_id)
+        inserted: set[str] = set()
+        with store_errors("write usage"):
+            async with self.engine.begin() as conn:
+                for start in range(0, len(ordered), CHUNK):
+                    chunk = ordered[start : start + CHUNK]
+                    stmt = (
+                        upsert_insert(conn, usage_ledger)
+                        .values([dataclasses.asdict(r) for r in chunk])
+                        .on_conflict_do_nothing(index_elements=[usage_ledger.c.idempotency_id])
+                        .returning(usage_ledger.c.idempotency_id)
+                    )
+                    inserted.update(await conn.scalars(stmt))
+                new = [r for r in ordered if r.idempotency_id in inserted]
+                for (tenant, period), (cost, requests) in sorted(spend_deltas(new).items()):
+                    stmt = upsert_insert(conn, spend).values(
+                        tenant=tenant, period=period, cost_nusd=cost, requests=requests
+                    )
+                    await conn.execute(
+                        stmt.on_conflict_do_update(
+                            index_elements=[spend.c.tenant, spend.c.period],
+                            set_={
+                                "cost_nusd": spend.c.cost_nusd + stmt.excluded.cost_nusd,
+                                "requests": spend.c.requests + stmt.excluded.requests,
+                            },
+                        )
+                    )
+        return new
+
+    async def spend(self, periods: Collection[str]) -> dict[tuple[str, str], int]:
+        """(tenant, period) -> nano-USD spent, for every tenant in the given period ids."""
+        with store_errors("read spend"):
+            async with self.engine.connect() as conn:
+                rows = (
+                    await conn.execute(
+                        sa.select(spend.c.tenant, spend.c.period, spend.c.cost_nusd).where(
+                            spend.c.period.in_(list(periods))
+                        )
+                    )
+                ).all()
+        return {(r.tenant, r.period): int(r.cost_nusd) for r in rows}
+
+    async def totals(
+        self, tenant: str, from_ms: int, to_ms: int, group_by: str
+    ) -> dict[str, dict[str, int]]:
+        """Usage of ``tenant`` in [from_ms, to_ms) grouped by pool, model, region, provider
+        or total (one group, ``all``): value -> {requests, prompt_tokens,
+        completion_tokens, cost_nusd}. Raises ValueError for another ``group_by``."""
+        if group_by not in GROUPS:
+            raise ValueError(f"group_by must be one of {GROUPS}")
+        sums = (
+            sa.func.count().label("requests"),
+            sa.func.coalesce(sa.func.sum(usage_ledger.c.prompt_tokens), 0),
+            sa.func.coalesce(sa.func.sum(usage_ledger.c.completion_tokens), 0),
+            sa.func.coalesce(sa.func.sum(usage_ledger.c.cost_nusd), 0),
+        )
+        where = (
+            usage_ledger.c.tenant == tenant,
+            usage_ledger.c.ts_ms >= from_ms,
+            usage_ledger.c.ts_ms < to_ms,
+        )
+        if group_by == "total":
+            # PostgreSQL refuses GROUP BY a constant: one aggregate row, labelled here.
+            query = sa.select(sa.literal("all"), *sums).where(*where)
+        else:
+            column = usage_ledger.c[group_by]
+            query = sa.select(column, *sums).where(*where).group_by(column)
+        with store_errors("read usage"):
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(query)).all()
+        return {
+            str(r[0]): dict(zip(METRICS, (int(v) for v in r[1:]), strict=True))
+            for r in rows
+            if r[1]
+        }
+
+    async def count(self) -> int:
+        """Rows in the ledger."""
+        with store_errors("count usage"):
+            async with self.engine.connect() as conn:
+                count = await conn.scalar(sa.select(sa.func.count()).select_from(usage_ledger))
+        return int(count or 0)

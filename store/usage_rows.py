@@ -1,0 +1,87 @@
+"""Pure: usage stream entries -> ledger rows, and ledger rows -> spend per budget period.
+
+No I/O here, so the consumer's accounting can be tested without Redis or a database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from live.access_table import period_ids
+from store.records import LedgerRow
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of stream entries as the store will take them.
+
+    ``rows``: one per well-formed entry, each idempotency id once. ``malformed``: the
+    ids of entries that cannot be a ledger row (acknowledged and logged, never retried:
+    they would block the stream forever). ``entry_ids``: every entry id of the batch,
+    all of which are acknowledged once the rows are committed."""
+
+    rows: list[LedgerRow] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+    entry_ids: list[str] = field(default_factory=list)
+
+
+def idempotency_id(entry_id: str, request_id: str) -> str:
+    """The ledger's unique id of one stream entry: the stream entry id, which one XADD
+    makes unique, joined with the request id, because a Redis that restarted empty (or
+    failed over to a replica with a slower clock) may hand out an entry id again."""
+    return f"{entry_id}/{request_id}"
+
+
+def _row(entry_id: str, fields: Mapping[str, str]) -> LedgerRow:
+    # Raises KeyError or ValueError on a malformed entry.
+    ts_s = float(fields["ts"])
+    prompt, completion = int(fields["prompt_tokens"]), int(fields["completion_tokens"])
+    cost = int(fields["cost_nusd"])
+    if not math.isfinite(ts_s) or ts_s < 0 or min(prompt, completion, cost) < 0:
+        raise ValueError("negative or non-finite number")
+    request_id = fields.get("id", "")[:128]
+    return LedgerRow(
+        idempotency_id=idempotency_id(entry_id, request_id),
+        request_id=request_id,
+        tenant=fields["tenant"][:128],
+        model=fields.get("model", "")[:256],
+        pool=fields.get("pool", "")[:256],
+        provider=fields.get("provider", "")[:64],
+        region=fields.get("region", "")[:128],
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_nusd=cost,
+        status=fields.get("status", "")[:32],
+        ts_ms=round(ts_s * 1000),
+    )
+
+
+def to_batch(entries: Iterable[tuple[str, Mapping[str, str]]]) -> Batch:
+    """Turn ``(entry id, fields)`` pairs from the usage stream (as ``live.access_table``
+    writes them) into ledger rows, dropping repeated entry ids."""
+    batch = Batch()
+    seen: set[str] = set()
+    for entry_id, fields in entries:
+        batch.entry_ids.append(entry_id)
+        try:
+            row = _row(entry_id, fields)
+        except (KeyError, ValueError):
+            batch.malformed.append(entry_id)
+            continue
+        if row.idempotency_id not in seen:
+            seen.add(row.idempotency_id)
+            batch.rows.append(row)
+    return batch
+
+
+def spend_deltas(rows: Iterable[LedgerRow]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(tenant, period id) -> (nano-USD, requests) that ``rows`` add to each budget
+    period (hour, day and month of each row's time, as admission counts them)."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for row in rows:
+        for period in period_ids(row.ts_ms / 1000):
+            cost, requests = out.get((row.tenant, period), (0, 0))
+            out[(row.tenant, period)] = (cost + row.cost_nusd, requests + 1)
+    return out

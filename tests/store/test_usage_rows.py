@@ -1,0 +1,45 @@
+"""Pure: stream entries to ledger rows, and rows to spend per budget period."""
+
+from __future__ import annotations
+
+from live.access_table import period_ids
+from store.usage_rows import idempotency_id, spend_deltas, to_batch
+
+FIELDS = {
+    "ts": "1764000000.250", "id": "req-1", "tenant": "acme", "model": "llama",
+    "pool": "aws:p", "provider": "aws", "region": "us-east-1", "prompt_tokens": "10",
+    "completion_tokens": "5", "cost_nusd": "1500", "status": "ok",
+}  # fmt: skip
+
+
+def test_an_entry_becomes_one_row_in_ms_and_nano_usd() -> None:
+    [row] = to_batch([("1-0", FIELDS)]).rows
+    assert row.idempotency_id == idempotency_id("1-0", "req-1") == "1-0/req-1"
+    assert (row.ts_ms, row.cost_nusd, row.prompt_tokens) == (1_764_000_000_250, 1500, 10)
+
+
+def test_a_repeated_entry_is_one_row_but_acknowledged_twice() -> None:
+    batch = to_batch([("1-0", FIELDS), ("1-0", FIELDS), ("2-0", FIELDS)])
+    assert [r.idempotency_id for r in batch.rows] == ["1-0/req-1", "2-0/req-1"]
+    assert batch.entry_ids == ["1-0", "1-0", "2-0"]
+
+
+def test_malformed_entries_are_set_apart() -> None:
+    bad = [
+        ("1-0", {**FIELDS, "cost_nusd": "-1"}),
+        ("2-0", {k: v for k, v in FIELDS.items() if k != "tenant"}),
+        ("3-0", {**FIELDS, "ts": "nan"}),
+        ("4-0", {}),
+    ]
+    batch = to_batch([*bad, ("5-0", FIELDS)])
+    assert batch.malformed == ["1-0", "2-0", "3-0", "4-0"]
+    assert [r.idempotency_id for r in batch.rows] == ["5-0/req-1"]
+
+
+def test_spend_counts_each_row_in_its_hour_day_and_month() -> None:
+    rows = to_batch([("1-0", FIELDS), ("2-0", FIELDS), ("3-0", {**FIELDS, "tenant": "b"})]).rows
+    hour, day, month = period_ids(1_764_000_000.25)
+    deltas = spend_deltas(rows)
+    assert deltas[("acme", hour)] == deltas[("acme", day)] == deltas[("acme", month)] == (3000, 2)
+    assert deltas[("b", month)] == (1500, 1)
+    assert len(deltas) == 6
