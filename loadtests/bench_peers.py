@@ -386,7 +386,7 @@ def start_targets(
     targets = [Target("direct", engine_url, {}, UPSTREAM_MODEL, None)]
 
     policy, api_key = tmp / "policy.yaml", f"sk-bench-{secrets.token_urlsafe(16)}"
-    write_policy(policy, engine_url)
+    write_policy(policy, [engine_url])
     gw_env = base_env | {
         "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(gw_port),
         "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_API_KEY": api_key,
