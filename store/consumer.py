@@ -40,7 +40,11 @@ class UsageConsumer:
     ``batch``: entries per step; ``claim_idle_ms``: how long another reader's entry must
     have been pending before this one takes it over (longer than a step normally
     takes, so a live reader keeps its own); ``block_ms``: how long a step waits in Redis
-    for new entries when there are none (None: not at all)."""
+    for new entries when there are none (None: not at all); ``pace_s``: after a step
+    that did not fill its batch, how long to let entries gather before the next one, so
+    a light load costs one store transaction per ``pace_s`` rather than one per
+    handful of requests (a full batch goes on at once: a backlog is never held back).
+    """
 
     def __init__(
         self,
@@ -50,12 +54,14 @@ class UsageConsumer:
         batch: int = 500,
         claim_idle_ms: int = 30_000,
         block_ms: int | None = 1000,
+        pace_s: float = 0.0,
     ) -> None:
         self.stream = stream
         self.ledger = ledger
         self.batch = batch
         self.claim_idle_ms = claim_idle_ms
         self.block_ms = block_ms
+        self.pace_s = pace_s
         # Whether this reader may hold unacknowledged entries (at start: from a previous
         # life under the same name; after a failed step: that step's entries).
         self._own_pending = True
@@ -114,8 +120,11 @@ class UsageConsumer:
         while True:
             try:
                 while True:
-                    if not await self.run_once() and self.block_ms is None:
+                    settled = await self.run_once()
+                    if not settled and self.block_ms is None:
                         await asyncio.sleep(0.1)  # nothing waiting, and Redis did not wait
+                    elif settled < self.batch and self.pace_s > 0:
+                        await asyncio.sleep(self.pace_s)
                     backoff = 0.1
                     if failing:
                         logger.info("usage consumer caught up again")

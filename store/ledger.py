@@ -43,15 +43,19 @@ class Ledger:
         inserted: set[str] = set()
         with store_errors("write usage"):
             async with self.engine.begin() as conn:
+                # One statement with the rows as parameters (executemany, batched by
+                # SQLAlchemy's insertmanyvalues): compiled once and cached, where a
+                # VALUES list of the batch's length was compiled anew for every batch
+                # (14 % of the gateway's CPU at 2,500 req/s).
+                stmt = (
+                    upsert_insert(conn, usage_ledger)
+                    .on_conflict_do_nothing(index_elements=[usage_ledger.c.idempotency_id])
+                    .returning(usage_ledger.c.idempotency_id)
+                )
                 for start in range(0, len(ordered), CHUNK):
                     chunk = ordered[start : start + CHUNK]
-                    stmt = (
-                        upsert_insert(conn, usage_ledger)
-                        .values([dataclasses.asdict(r) for r in chunk])
-                        .on_conflict_do_nothing(index_elements=[usage_ledger.c.idempotency_id])
-                        .returning(usage_ledger.c.idempotency_id)
-                    )
-                    inserted.update(await conn.scalars(stmt))
+                    result = await conn.execute(stmt, [dataclasses.asdict(r) for r in chunk])
+                    inserted.update(result.scalars())
                 new = [r for r in ordered if r.idempotency_id in inserted]
                 for (tenant, period), (cost, requests) in sorted(spend_deltas(new).items()):
                     stmt = upsert_insert(conn, spend).values(
