@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoscaler.config import ScalerConfig
-from autoscaler.demand import DemandHistory, LineForecast, forecast_lines
+from autoscaler.demand import DemandHistory, LineForecast, forecast_lines, line_key
 from autoscaler.fleet import Fleet, PoolStatus, build_fleet
 from autoscaler.milp import MixProblem, MixSolution, solve_mix
 from autoscaler.plan import DemandLine, Plan
@@ -177,7 +177,7 @@ def decide(
     """
     now = history.now_s
     fleet = build_fleet(pools, prices, policy, state, config, now)
-    lines = forecast_lines(history, policy, config)
+    lines = forecast_lines(history, policy, config, state.calibration)
     feasible = _feasible(fleet, lines, policy)
     required = np.asarray([ln.upper * config.headroom for ln in lines], dtype=np.float64)
     # The spot cap holds for the expected demand; the margin above it may go to spot.
@@ -246,6 +246,7 @@ def decide(
             "corrections": dict(fleet.corrections),
             "last_up_s": last_up,
             "last_down_s": last_down,
+            "calibration": {line_key(ln.model, ln.client_region): ln.calibration for ln in lines},
         }
     )
     return Plan(
