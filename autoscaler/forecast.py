@@ -78,7 +78,7 @@ class ForecastConfig:
     seasonal_weights: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     min_buckets: int = 12
     ridge: float = 1.0
-    calibration_gain: float = 0.05
+    calibration_gain: float = 0.01
     calibration_bounds: tuple[float, float] = (-0.5, 1.0)
 
 
