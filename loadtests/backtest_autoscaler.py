@@ -205,6 +205,26 @@ def variants_table(results: Sequence[VariantResult]) -> str:
     return table(head, rows)
 
 
+def print_variants(base: Series, path: Path, config: ScalerConfig, jobs: int) -> None:
+    """Replay ``base`` and its variants with ``config`` (``jobs`` processes) and print
+    the settings and one table."""
+    every = variants(base)
+    print(f"series {path} ({base.days:g} days; {base.note}); variants:")
+    print(
+        f"same settings for every variant: upper quantile q{100 * config.forecast.quantile:g} "
+        f"calibrated online (gain {config.forecast.calibration_gain:g}), headroom "
+        f"{config.headroom:g}, cooldown {config.cooldown_s:g} s, hysteresis "
+        f"{config.scale_down_margin:.0%}, max step {config.max_step} or "
+        f"{config.max_step_share:.0%}, spot cap {config.spot_cap:.0%}; fleet maximum "
+        f"{MAX_REPLICAS} replicas per pool, times the scale above x1 (the x10 variant's "
+        "peak exceeds the x1 fleet's maximum, so its maximum is x10 too)\n"
+    )
+    with ProcessPoolExecutor(max(jobs, 1)) as pool:
+        replayed = list(pool.map(run_variant, every, [config] * len(every)))
+    print(table_note(base))
+    print(variants_table(replayed))
+
+
 def main() -> None:
     assert __doc__ is not None
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -213,7 +233,9 @@ def main() -> None:
         help="window_start_s,total_rate_rps file of 600 s windows (default: ServeGen m-large)",
     )  # fmt: skip
     parser.add_argument(
-        "--quantiles", default=f"{QUANTILE:g}", help="forecast upper quantiles to replay"
+        "--quantiles",
+        default=f"{QUANTILE:g}",
+        help="forecast upper quantiles (target coverage) to replay; --variants takes the first",
     )
     parser.add_argument("--cooldown-s", type=float, default=0.0)
     parser.add_argument("--scale-down-margin", type=float, default=0.0)
@@ -230,22 +252,8 @@ def main() -> None:
     base = read_series(args.series)
     damping = (args.cooldown_s, args.scale_down_margin, args.scale_down_window_s)
     if args.variants:
-        (quantile,) = (float(x) for x in args.quantiles.split(",")[:1])
-        config = scaler_config(quantile, *damping)
-        every = variants(base)
-        print(f"series {args.series} ({base.days:g} days; {base.note}); variants:")
-        print(
-            f"same settings for every variant: upper quantile q{100 * quantile:g} calibrated "
-            f"online (gain {config.forecast.calibration_gain:g}), headroom "
-            f"{config.headroom:g}, cooldown {args.cooldown_s:g} s, hysteresis "
-            f"{args.scale_down_margin:.0%}, spot cap {config.spot_cap:.0%}; "
-            f"fleet maximum {MAX_REPLICAS} replicas per pool, times the scale above x1 "
-            f"(the x10 variant's peak exceeds the x1 fleet's maximum)\n"
-        )
-        with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-            results = list(pool.map(run_variant, every, [config] * len(every)))
-        print(table_note(base))
-        print(variants_table(results))
+        config = scaler_config(float(args.quantiles.split(",")[0]), *damping)
+        print_variants(base, args.series, config, args.jobs)
         return
     policy = backtest_policy()
     prices = catalog_prices(policy)
