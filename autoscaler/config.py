@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from autoscaler.forecast import ForecastConfig
+from base.types import IntArray
 
 __all__ = ["ScalerConfig"]
 
@@ -17,7 +20,10 @@ class ScalerConfig:
     - ``budget_usd_per_hour``: ceiling on the fleet's $/hour (None: no ceiling). Pools
       with no known price are not counted.
     - ``spot_cap``: largest share (0-1) of a model's demand that spot pools may carry.
-    - ``max_step``: most replicas a pool may gain or lose in one cycle.
+    - ``max_step``: most replicas a pool may gain or lose in one cycle; with
+      ``max_step_share`` > 0, a pool of n replicas may change by
+      max(``max_step``, ceil(``max_step_share`` * n)), so that the limit damps a large
+      fleet as much as a small one (a fixed step would pin a fleet ten times larger).
     - ``cooldown_s``: no scale-down of a pool this soon after it scaled up.
     - ``scale_down_window_s``: a pool shrinks only to the largest size recommended over
       this window (HPA-style stabilisation).
@@ -36,6 +42,7 @@ class ScalerConfig:
     budget_usd_per_hour: float | None = None
     spot_cap: float = 0.5
     max_step: int = 4
+    max_step_share: float = 0.0
     cooldown_s: float = 300.0
     scale_down_window_s: float = 600.0
     scale_down_margin: float = 0.1
@@ -51,5 +58,12 @@ class ScalerConfig:
     def __post_init__(self) -> None:
         if self.headroom < 1.0 or not 0.0 <= self.spot_cap <= 1.0 or self.max_step < 1:
             raise ValueError("need headroom >= 1, 0 <= spot_cap <= 1 and max_step >= 1")
+        if self.max_step_share < 0:
+            raise ValueError("max_step_share must be >= 0")
+
+    def step(self, current: IntArray) -> IntArray:
+        """Most replicas each pool (at ``current``) may gain or lose this cycle."""
+        share = np.ceil(self.max_step_share * current).astype(np.intp)
+        return np.asarray(np.maximum(share, self.max_step), dtype=np.intp)
         if self.budget_usd_per_hour is not None and self.budget_usd_per_hour < 0:
             raise ValueError("budget_usd_per_hour must be >= 0")

@@ -7,10 +7,10 @@ Each cycle:
 3. recommend the cheapest mix for the forecast plus a margin (``autoscaler.milp``),
    and remember it for the stabilisation window. The spot cap applies to the forecast
    mean: the margin up to the upper quantile may sit on the cheapest pools, spot too;
-4. plan the cheapest mix within this cycle's bounds: up by at most ``max_step``; down
-   only after the cooldown, with a reliable forecast, no lower than any recommendation
-   in the window, and by at most ``max_step``. If the budget leaves no solution the
-   bounds give way in that order (named in ``Plan.relaxed``);
+4. plan the cheapest mix within this cycle's bounds: up by at most a step
+   (``ScalerConfig.step``); down only after the cooldown, with a reliable forecast, no
+   lower than any recommendation in the window, and by at most a step. If the budget
+   leaves no solution the bounds give way in that order (named in ``Plan.relaxed``);
 5. make before break: a model's scale-down waits while its ready replicas after it
    would not cover the demand until replicas ordered now are ready.
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoscaler.config import ScalerConfig
-from autoscaler.demand import DemandHistory, LineForecast, forecast_lines
+from autoscaler.demand import DemandHistory, LineForecast, forecast_lines, line_key
 from autoscaler.fleet import Fleet, PoolStatus, build_fleet
 from autoscaler.milp import MixProblem, MixSolution, solve_mix
 from autoscaler.plan import DemandLine, Plan
@@ -122,7 +122,7 @@ def _bounds(
         ],
         dtype=np.intp,
     )
-    up = np.minimum(fleet.high, fleet.current + config.max_step)
+    up = np.minimum(fleet.high, fleet.current + config.step(fleet.current))
     up = np.where(fleet.blocked, np.minimum(fleet.current, up), up)
     cooling = np.asarray(
         [
@@ -177,7 +177,7 @@ def decide(
     """
     now = history.now_s
     fleet = build_fleet(pools, prices, policy, state, config, now)
-    lines = forecast_lines(history, policy, config)
+    lines = forecast_lines(history, policy, config, state.calibration)
     feasible = _feasible(fleet, lines, policy)
     required = np.asarray([ln.upper * config.headroom for ln in lines], dtype=np.float64)
     # The spot cap holds for the expected demand; the margin above it may go to spot.
@@ -190,7 +190,7 @@ def decide(
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
     raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
     bounds = _bounds(fleet, raw, reliable, state, config, now)
-    step_floor = np.maximum(fleet.low, fleet.current - config.max_step)
+    step_floor = np.maximum(fleet.low, fleet.current - config.step(fleet.current))
     damped = np.maximum(step_floor, np.minimum(bounds.stable, fleet.current))
     # Each attempt's lower bounds; if one leaves no solution (the budget forces a
     # shrink), the constraint it adds gives way next.
@@ -246,6 +246,7 @@ def decide(
             "corrections": dict(fleet.corrections),
             "last_up_s": last_up,
             "last_down_s": last_down,
+            "calibration": {line_key(ln.model, ln.client_region): ln.calibration for ln in lines},
         }
     )
     return Plan(

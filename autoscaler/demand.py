@@ -6,23 +6,30 @@ longest pool provisioning time (the lead time) has passed, only the replicas rea
 can serve, so scale-downs must leave them enough (``upper_now``). What is ordered now
 serves from then until the next cycle's order lands, one cycle later (``mean`` and
 ``upper``).
+
+Windows where a line saw no request although the windows around it were busy are
+missing telemetry, not idle demand (``autoscaler.gaps``): they reach the forecast as
+NaN. Each line's upper bound is corrected by how well it covered what happened
+(``autoscaler.calibrate``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoscaler.calibrate import LineCalibration
 from autoscaler.config import ScalerConfig
 from autoscaler.forecast import Forecast, forecast_rate
+from autoscaler.gaps import missing_windows
 from base.types import FloatArray
 from live.demand_table import DemandSeries
 from router.policy import Policy
 
-__all__ = ["DemandHistory", "LineForecast", "forecast_lines", "lead_time_s"]
+__all__ = ["DemandHistory", "LineForecast", "forecast_lines", "lead_time_s", "line_key"]
 
 DEFAULT_PROVISIONING_S = 300.0
 _FIELDS = ("requests", "prompt_tokens", "output_tokens", "slo_misses")
@@ -45,6 +52,8 @@ class LineForecast:
     next order would be (lead time to lead time + one cycle); ``upper_now``: the highest
     until capacity ordered now is ready (what ready replicas must cover meanwhile).
     ``prompt_tokens``: mean prompt length (tokens), for the TTFT check.
+    ``calibration``: the line's upper-quantile correction after this cycle (already
+    applied to ``upper`` and ``upper_now``), for the next state.
     """
 
     model: str
@@ -54,6 +63,7 @@ class LineForecast:
     upper_now: float
     prompt_tokens: float
     reliable: bool
+    calibration: LineCalibration = field(default_factory=LineCalibration)
 
 
 def lead_time_s(policy: Policy, model: str) -> float:
@@ -81,14 +91,23 @@ def _on_grid(
     return out
 
 
+def line_key(model: str, client_region: str) -> str:
+    """The key of a demand line in ``ScalerState.calibration``."""
+    return f"{model}|{client_region}"
+
+
 def forecast_lines(
-    history: DemandHistory, policy: Policy, config: ScalerConfig
+    history: DemandHistory,
+    policy: Policy,
+    config: ScalerConfig,
+    calibration: Mapping[str, LineCalibration] | None = None,
 ) -> list[LineForecast]:
     """One forecast per (model, client region) with recorded demand, plus a zero line
     (in the default client region) for each model with none. A client region the
     policy does not know counts as the default one. History starts at the first bucket
     with any request of any model, so a model nobody asks for is known to be idle only
-    once telemetry has run long enough."""
+    once telemetry has run long enough. ``calibration``: each line's correction from
+    the last cycle (by ``line_key``; absent: none yet)."""
     fb = config.forecast_bucket_s
     end = math.floor(history.now_s / fb) * fb
     n = max(int(config.history_s / fb), 1)
@@ -108,18 +127,35 @@ def forecast_lines(
     busy = [np.flatnonzero(g["requests"]) for g in grids.values()]
     first = min((int(b[0]) for b in busy if len(b)), default=n)
     out: list[LineForecast] = []
+    fc_config = config.forecast
     for (model, region), grid in grids.items():
         embedding = policy.models[model].kind == "embedding"
         tokens = grid["prompt_tokens" if embedding else "output_tokens"][first:]
+        rate = np.where(missing_windows(grid["requests"][first:], fb), np.nan, tokens / fb)
+        since_s = start + first * fb
+        cal = (calibration or {}).get(line_key(model, region), LineCalibration())
+        cal = cal.settle(
+            rate, since_s, fb, fc_config.quantile, fc_config.calibration_gain,
+            fc_config.calibration_bounds,
+        )  # fmt: skip
         ready_s = history.now_s + lead_time_s(policy, model)
         until = ready_s + config.interval_s
         horizon = max(math.ceil((until - end) / fb), 1)
-        fc: Forecast = forecast_rate(tokens / fb, start + first * fb, fb, horizon, config.forecast)
+        fc: Forecast = forecast_rate(rate, since_s, fb, horizon, fc_config)
         mean, upper = fc.peak(until, since_s=ready_s)
         _, upper_now = fc.peak(ready_s)
+        if fc.reliable and fc_config.calibration_gain > 0:
+            # An unreliable forecast is the recent peak, not the model: neither
+            # corrected nor scored.
+            upper, upper_now = max(upper * cal.factor, mean), upper_now * cal.factor
+            cal = cal.issue(ready_s, until, upper)
         day = max(n - int(86_400 / fb), first)
         requests = float(grid["requests"][day:].sum())
         prompt = float(grid["prompt_tokens"][day:].sum())
         prompt_mean = prompt / requests if requests else float(config.default_prompt_tokens)
-        out.append(LineForecast(model, region, mean, upper, upper_now, prompt_mean, fc.reliable))
+        out.append(
+            LineForecast(
+                model, region, mean, upper, upper_now, prompt_mean, fc.reliable, calibration=cal
+            )
+        )
     return out

@@ -19,6 +19,13 @@ The model works on the log of the rate, so that cycles and errors are relative:
   too little history (or ``conditional`` off) it is the empirical quantile of the h-step
   errors instead (split-conformal style).
 
+Missing windows (NaN) are not demand: the seasonal fit skips them, the level holds the
+last observed (deseasonalised) value through them, and no error is scored on them. A
+zero is a zero (``autoscaler.gaps`` decides which zeros are really missing). Nothing in
+the model has a unit: the log offset is a share of the series' own mean, so a series
+times 10 gives the forecast times 10. How far the upper quantile can be trusted is
+checked online against what then happened (``autoscaler.calibrate``).
+
 Pure NumPy/SciPy; no clock reads. Times are unix seconds, rates are per second.
 """
 
@@ -54,7 +61,10 @@ class ForecastConfig:
       the unconditional errors; ``min_regression_buckets``: less history falls back
       to the unconditional errors;
     - ``min_buckets``: with less history the forecast is marked unreliable;
-    - ``ridge``: shrinkage of the seasonal fit.
+    - ``ridge``: shrinkage of the seasonal fit;
+    - ``calibration_gain``: how fast the upper quantile's online correction moves, in
+      log units per miss (``autoscaler.calibrate``; 0: off), within
+      ``calibration_bounds`` (log units: -0.5 is x0.61, 1.0 is x2.7).
     """
 
     quantile: float = 0.95
@@ -68,6 +78,8 @@ class ForecastConfig:
     seasonal_weights: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     min_buckets: int = 12
     ridge: float = 1.0
+    calibration_gain: float = 0.01
+    calibration_bounds: tuple[float, float] = (-0.5, 1.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,8 +88,9 @@ class Forecast:
 
     ``mean`` is the expected rate, ``median`` the point forecast that minimises absolute
     error (what MAPE scores), ``upper`` the ``quantile`` upper bound (>= both).
-    ``reliable`` is False when the history was too short to calibrate: the values are
-    then the recent peak, and callers should not shrink capacity on them.
+    ``reliable`` is False when the history was too short (or too full of missing
+    windows) to calibrate: the values are then the recent observed peak, and callers
+    should not shrink capacity on them. Every value is finite and >= 0.
     """
 
     start_s: float
@@ -120,28 +133,42 @@ def _terms(centres: FloatArray, config: ForecastConfig) -> FloatArray:
 
 
 def _seasonal(x: FloatArray, past: FloatArray, future: FloatArray, ridge: float) -> FloatArray:
-    """The fitted seasonal shape over past then future bucket centres (log units)."""
+    """The fitted seasonal shape over past then future bucket centres (log units),
+    fitted on the observed (finite) ``x`` only."""
     if past.shape[1] == 0:
         return np.zeros(len(past) + len(future))
-    design = np.hstack([np.ones((len(past), 1)), past])
-    penalty = ridge * len(x) / 100.0 * np.eye(design.shape[1])
+    seen = np.isfinite(x)
+    design = np.hstack([np.ones((len(past), 1)), past])[seen]
+    penalty = ridge * int(seen.sum()) / 100.0 * np.eye(design.shape[1])
     penalty[0, 0] = 0.0  # the intercept is not shrunk
-    beta = np.linalg.solve(design.T @ design + penalty, design.T @ x)
+    beta = np.linalg.solve(design.T @ design + penalty, design.T @ x[seen])
     return np.concatenate([past @ beta[1:], future @ beta[1:]])
 
 
+def _held(z: FloatArray) -> FloatArray:
+    """``z`` with each missing (NaN) value replaced by the last observed one (before
+    the first observation: the first one). Needs one observed value."""
+    seen = np.isfinite(z)
+    index = np.where(seen, np.arange(len(z)), -1)
+    index = np.maximum.accumulate(index)
+    index[index < 0] = int(np.argmax(seen))
+    return z[index]
+
+
 def _level(z: FloatArray, alpha: float) -> FloatArray:
-    """Causal EWMA of ``z``, started at its first value."""
+    """Causal EWMA of ``z`` (finite), started at its first value."""
     filtered, _ = lfilter([alpha], [1.0, alpha - 1.0], z[1:], zi=[(1.0 - alpha) * z[0]])
     return np.concatenate([z[:1], np.asarray(filtered, dtype=np.float64)])
 
 
 def _errors(x: FloatArray, s: FloatArray, w: float, alpha: float, h: int, first: int) -> FloatArray:
-    """h-step log errors of weight ``w`` for origins ``first`` .. n-1-h."""
+    """h-step log errors of weight ``w`` for origins ``first`` .. n-1-h whose target
+    was observed (a missing window scores nothing)."""
     n = len(x)
-    level = _level(x - w * s[:n], alpha)
+    level = _level(_held(x - w * s[:n]), alpha)
     origins = np.arange(max(first, 0), n - h)
-    return x[origins + h] - (level[origins] + w * s[origins + h])
+    err = x[origins + h] - (level[origins] + w * s[origins + h])
+    return err[np.isfinite(err)]
 
 
 _LAGS = 6  # buckets of recent history in the state: one hour at 10-minute buckets
@@ -166,11 +193,15 @@ def _state(z: FloatArray) -> FloatArray:
     )
 
 
-def _conditional_upper(z: FloatArray, h: int, first: int, quantile: float) -> float | None:
+def _conditional_upper(
+    z: FloatArray, held: FloatArray, h: int, first: int, quantile: float
+) -> float | None:
     """The ``quantile`` of z h buckets after the last, learnt from origins ``first`` ..
-    len(z)-1-h; None if the regression has no solution."""
-    state = _state(z)  # row i is bucket i + _LAGS
+    len(z)-1-h whose target was observed; the state is read from ``held`` (z with
+    missing values held). None if the regression has no solution."""
+    state = _state(held)  # row i is bucket i + _LAGS
     origins = np.arange(max(first, _LAGS), len(z) - h)
+    origins = origins[np.isfinite(z[origins + h])]
     beta = quantile_regression(state[origins - _LAGS], z[origins + h], quantile)
     if beta is None:
         return None
@@ -178,8 +209,10 @@ def _conditional_upper(z: FloatArray, h: int, first: int, quantile: float) -> fl
 
 
 def _unreliable(rate: FloatArray, start_s: float, bucket_s: float, horizon: int) -> Forecast:
-    recent = rate[-12:]
-    peak = float(recent.max()) if len(recent) else 0.0
+    """The recent observed peak: of the last 12 buckets, or of all if none was seen."""
+    seen = rate[np.isfinite(rate)]
+    recent = rate[-12:][np.isfinite(rate[-12:])]
+    peak = float(recent.max()) if len(recent) else float(seen.max()) if len(seen) else 0.0
     flat = np.full(horizon, peak)
     return Forecast(start_s, bucket_s, flat, flat.copy(), flat.copy(), 1.0, 0.0, reliable=False)
 
@@ -193,19 +226,23 @@ def forecast_rate(
 ) -> Forecast:
     """Forecast the ``horizon`` buckets after a history of rates.
 
-    ``rate[i]`` is the mean rate (per second, >= 0) over the bucket that starts at
-    ``start_s + i * bucket_s``; the forecast starts where the history ends. Raises
-    ValueError if ``horizon`` < 1 or ``bucket_s`` <= 0.
+    ``rate[i]`` is the mean rate (per second, >= 0; NaN: the bucket is missing) over
+    the bucket that starts at ``start_s + i * bucket_s``; the forecast starts where the
+    history ends. Raises ValueError if ``horizon`` < 1 or ``bucket_s`` <= 0.
     """
     if horizon < 1 or bucket_s <= 0:
         raise ValueError("need horizon >= 1 and bucket_s > 0")
-    rate = np.clip(np.nan_to_num(np.asarray(rate, dtype=np.float64)), 0.0, None)
+    rate = np.asarray(rate, dtype=np.float64)
+    rate = np.where(np.isfinite(rate), np.clip(rate, 0.0, None), np.nan)
     n = len(rate)
     end_s = start_s + n * bucket_s
     calib = max(int(config.calibration_s / bucket_s), 1)
-    if n < config.min_buckets or n - horizon < 2:
+    seen = rate[np.isfinite(rate)]
+    if len(seen) < config.min_buckets or n - horizon < 2:
         return _unreliable(rate, end_s, bucket_s, horizon)
-    offset = max(1e-3, 0.01 * float(rate.mean()))
+    # A share of the series' own mean, so the model has no unit; the floor only keeps
+    # an all-zero series finite.
+    offset = max(0.01 * float(seen.mean()), 1e-12)
     x = np.log(rate + offset)
     centres = np.asarray(start_s + (np.arange(n + horizon) + 0.5) * bucket_s, dtype=np.float64)
     terms = _terms(centres, config)
@@ -213,21 +250,27 @@ def forecast_rate(
     first = n - calib - horizon
     alpha = config.level_alpha
     chosen_from = n - max(int(config.selection_s / bucket_s), 1) - horizon
-    scores = [
-        float(np.mean([np.abs(_errors(x, s, w, alpha, h, chosen_from)).mean()
-                       for h in range(1, horizon + 1)]))
+    errors = {
+        w: [_errors(x, s, w, alpha, h, chosen_from) for h in range(1, horizon + 1)]
         for w in config.seasonal_weights
-    ]  # fmt: skip
+    }
+    if any(len(e) == 0 for per_h in errors.values() for e in per_h):
+        return _unreliable(rate, end_s, bucket_s, horizon)  # nothing observed to score
+    scores = [float(np.mean([np.abs(e).mean() for e in errors[w]])) for w in errors]
     w = config.seasonal_weights[int(np.argmin(scores))]
     z = x - w * s[:n]
-    point = _level(z, alpha)[-1] + w * s[n:]
+    held = _held(z)
+    point = _level(held, alpha)[-1] + w * s[n:]
     # Each step's error distribution turns the log-space point into a mean (smearing)
     # and a median; the upper quantile is a shift too, so that it is clipped alike.
     shifts = np.empty((3, horizon))
-    conditional = config.conditional and n - horizon - _LAGS >= config.min_regression_buckets
+    observed = int(np.isfinite(z[max(first, _LAGS) :]).sum())
+    conditional = config.conditional and observed - horizon >= config.min_regression_buckets
     for h in range(1, horizon + 1):
         err = _errors(x, s, w, alpha, h, first)
-        upper = _conditional_upper(z, h, first, config.quantile) if conditional else None
+        if len(err) < config.min_buckets:
+            return _unreliable(rate, end_s, bucket_s, horizon)
+        upper = _conditional_upper(z, held, h, first, config.quantile) if conditional else None
         shifts[:, h - 1] = (
             math.log(float(np.mean(np.exp(err)))),
             float(np.median(err)),
@@ -236,6 +279,8 @@ def forecast_rate(
             else upper + w * s[n + h - 1] - point[h - 1],
         )
     values = np.exp(point + shifts) - offset
-    mean, median, upper = np.where(values > 1e-9, values, 0.0)
+    if not np.isfinite(values).all():
+        return _unreliable(rate, end_s, bucket_s, horizon)
+    mean, median, upper = np.where(values > 1e-9 * offset, values, 0.0)
     upper = np.maximum(upper, np.maximum(mean, median))
     return Forecast(end_s, bucket_s, mean, median, upper, config.quantile, w, reliable=True)

@@ -76,7 +76,8 @@ def _why(
         return f"{st.health.value}{flag}: capacity not counted, size kept"
     need = sum(d.required for d in demand if d.model == spec.model)
     if target > current:
-        limit = " (max step)" if target == current + config.max_step else ""
+        step = int(config.step(np.asarray([current], dtype=np.intp))[0])
+        limit = " (max step)" if target == current + step else ""
         limit = " (max size)" if target == fleet.high[i] and not limit else limit
         return f"{served} of {spec.model}'s {need:.0f} required{limit}"
     if target < current:

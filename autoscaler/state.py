@@ -3,7 +3,8 @@
 Everything that must survive a restart or a change of leader lives here: recent
 recommendations (for scale-down stabilisation), when each pool last grew (cooldown),
 the goodput correction factors, pools that are out of capacity or over quota, providers
-that throttled us, and pools whose bad instances are being replaced.
+that throttled us, pools whose bad instances are being replaced, and how well each
+demand line's upper quantile has covered what happened.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import logging
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from autoscaler.calibrate import LineCalibration
 
 __all__ = ["ScalerState"]
 
@@ -42,6 +45,7 @@ class ScalerState(BaseModel):
     blocked_reason: dict[str, str] = {}
     throttled_until_s: dict[str, float] = {}
     replacing: dict[str, list[str]] = {}
+    calibration: dict[str, LineCalibration] = {}
 
     def to_json(self) -> str:
         """The JSON text that is stored."""

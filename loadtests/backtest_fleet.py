@@ -1,5 +1,6 @@
-"""The back-test's world: the demand series, the 70b fleet with catalog prices, and a fleet
-model that boots, serves and bills replicas window by window (see backtest_autoscaler.py).
+"""The back-test's world: the 70b fleet with catalog prices, and a fleet model that boots,
+serves and bills replicas window by window (see backtest_autoscaler.py). The demand
+series are read in backtest_series.py.
 """
 
 from __future__ import annotations
@@ -26,19 +27,14 @@ WARMUP = 144  # one day of windows
 MAX_REPLICAS = 40
 
 
-def load_rate() -> FloatArray:
-    """Requests/s per 10-minute window."""
-    path = DATA / "load" / "servegen_m-large_aggregate_rate.csv"
-    return np.asarray(np.loadtxt(path, delimiter=",", skiprows=1)[:, 1], dtype=np.float64)
-
-
-def backtest_policy() -> Policy:
-    """The demo policy, cut down to the 70b model's pools, with scaling sections."""
+def backtest_policy(max_replicas: int = MAX_REPLICAS) -> Policy:
+    """The demo policy, cut down to the 70b model's pools, with scaling sections and
+    0 .. ``max_replicas`` replicas per pool."""
     doc = load_policy(ROOT / "skyroute" / "fleet" / "demo-policy.yaml").model_dump(mode="json")
     doc["models"] = {MODEL: doc["models"][MODEL]}
     doc["pools"] = [p for p in doc["pools"] if p["model"] == MODEL]
     for pool in doc["pools"]:
-        pool["replicas"] = {"min": 0, "max": MAX_REPLICAS, "initial": 0}
+        pool["replicas"] = {"min": 0, "max": max_replicas, "initial": 0}
         pool["scaling"] = {"group": pool["id"].replace(":", "-"), "provisioning_s": WINDOW_S}
     locations = {f"{p['provider']}:{p['region']}" for p in doc["pools"]}
     for region in doc["client_regions"].values():
@@ -138,6 +134,7 @@ class Mix:
         ])  # fmt: skip
         self.spot = np.asarray([p.price.purchase == "spot" for p in pools])
         self.spot_cap = spot_cap
+        self.max_replicas = np.asarray([p.replicas.max for p in pools], dtype=np.intp)
 
     def problem(
         self,
@@ -158,9 +155,8 @@ class Mix:
     def cheapest(self, demand: FloatArray, firm: FloatArray | None = None) -> IntArray:
         """Replicas per pool of the cheapest mix for ``demand`` (tokens/s per client
         region), with the spot cap on ``firm`` (default: all of ``demand``)."""
-        n = len(self.cost)
-        low, high = np.zeros(n, dtype=np.intp), np.full(n, MAX_REPLICAS, dtype=np.intp)
-        solution = solve_mix(self.problem(demand, low, high, firm))
+        low = np.zeros(len(self.cost), dtype=np.intp)
+        solution = solve_mix(self.problem(demand, low, self.max_replicas, firm))
         assert solution is not None
         return solution.replicas
 

@@ -2,9 +2,14 @@
 
 Azure (Azure/AzurePublicDataset): ``TIMESTAMP,ContextTokens,GeneratedTokens`` with
 timestamps like ``2023-11-16 18:15:46.6805900`` (lines starting with ``#`` are comments).
-JSONL: one object per line with ``timestamp`` (seconds, or an ISO date-time),
-``input_length`` and ``output_length``.
+JSONL: one object per line with ``timestamp`` (seconds or milliseconds, or an ISO
+date-time), ``input_length`` and ``output_length``.
 Arrivals are made relative to the first request and sorted (stable).
+
+The unit of numeric timestamps is taken from the caller (``time_unit`` "s" or "ms") or,
+with "auto", detected (``detect_unit``) and recorded on the trace, so that a command can
+say which unit it used: the Mooncake traces count milliseconds, and reading them as
+seconds made a 17-minute trace last 11 days without a word.
 """
 
 from __future__ import annotations
@@ -12,13 +17,25 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from base.types import FloatArray, IntArray
 from simulator.errors import SimulationError
+
+TimeUnit = Literal["auto", "s", "ms"]
+TIME_UNITS: tuple[str, ...] = ("auto", "s", "ms")
+# Above this, a numeric timestamp is an epoch in ms: as seconds it would be after the
+# year 5000. From 1e8 (1973 in seconds) it is an epoch in seconds (in ms: 1970's 2nd day).
+_EPOCH_MS = 1e11
+_EPOCH_S = 1e8
+# Relative integer timestamps are ms when their median gap read as seconds is this long:
+# one request in 10 s or slower is no load worth replaying, while a ms trace at ≤ 100
+# requests/s has a median gap of ≥ 10 (ms).
+_MS_MEDIAN_GAP = 10.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,6 +46,8 @@ class Trace:
     prompt_tokens: IntArray
     output_tokens: IntArray
     source: str = ""
+    time_unit: str = "s"  # what the source's timestamps were read as: s, ms or date-time
+    time_unit_note: str = ""  # why (given, or the heuristic's evidence)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -42,14 +61,17 @@ class Trace:
         """The same requests with inter-arrival times divided by ``factor`` (> 0)."""
         if not factor > 0:
             raise SimulationError(f"speedup must be > 0, got {factor}")
-        return Trace(self.arrival_s / factor, self.prompt_tokens, self.output_tokens, self.source)
+        return replace(self, arrival_s=self.arrival_s / factor)
 
     def head(self, n: int | None) -> Trace:
         """The first ``n`` requests (all when ``n`` is None)."""
         if n is None:
             return self
-        return Trace(
-            self.arrival_s[:n], self.prompt_tokens[:n], self.output_tokens[:n], self.source
+        return replace(
+            self,
+            arrival_s=self.arrival_s[:n],
+            prompt_tokens=self.prompt_tokens[:n],
+            output_tokens=self.output_tokens[:n],
         )
 
     def before(self, end_s: float) -> Trace:
@@ -80,21 +102,65 @@ def from_columns(
     return Trace(t, p[order], o[order], source)
 
 
-def _seconds(stamps: list[str], source: str) -> FloatArray:
+def detect_unit(stamps: FloatArray) -> tuple[str, str]:
+    """The unit of numeric timestamps, "s" or "ms", and the evidence, by this heuristic:
+
+    1. an epoch: a first stamp >= 1e11 is ms (as seconds it would be past the year
+       5000), one >= 1e8 is seconds;
+    2. relative stamps are ms when they are all whole numbers and their median positive
+       gap is >= 10 (as seconds: one request per 10 s or slower, no load worth
+       replaying; as ms: up to 100 requests/s);
+    3. anything else is seconds.
+    """
+    if len(stamps) == 0:
+        return "s", "no timestamps"
+    first = float(np.min(stamps))
+    if first >= _EPOCH_MS:
+        return "ms", f"epoch {first:.0f} is past the year 5000 in seconds"
+    if first >= _EPOCH_S:
+        return "s", f"epoch {first:.0f} in seconds"
+    gaps = np.diff(np.sort(stamps))
+    gaps = gaps[gaps > 0]
+    median = float(np.median(gaps)) if len(gaps) else 0.0
+    whole = bool(np.all(stamps == np.round(stamps)))
+    if whole and median >= _MS_MEDIAN_GAP:
+        return "ms", f"whole numbers, median gap {median:g}: as s, 1 request per {median:g} s"
+    return "s", f"median gap {median:g}" + ("" if whole else ", fractional values")
+
+
+class _Stamps(NamedTuple):
+    """Timestamps as seconds, the unit they were read in, and why."""
+
+    seconds: FloatArray
+    unit: str
+    note: str
+
+
+def _seconds(stamps: list[str], source: str, unit: TimeUnit) -> _Stamps:
+    """Parse timestamps: numbers in ``unit`` (detected if "auto"), or ISO date-times."""
     try:
-        return np.asarray([float(s) for s in stamps], dtype=np.float64)
+        raw = np.asarray([float(s) for s in stamps], dtype=np.float64)
     except ValueError:
-        pass
+        raw = None
+    if raw is not None:
+        found, note = detect_unit(raw) if unit == "auto" else (unit, "given")
+        return _Stamps(raw / 1000.0 if found == "ms" else raw, found, note)
     try:
         parsed = np.asarray([s.strip().replace("Z", "") for s in stamps], dtype="datetime64[ns]")
     except ValueError as exc:
         raise SimulationError(f"{source}: unreadable timestamp ({exc})") from exc
     ns = (parsed - parsed.min()).astype(np.int64)
-    return np.asarray(ns, dtype=np.float64) / 1e9
+    return _Stamps(np.asarray(ns, dtype=np.float64) / 1e9, "date-time", "ISO date-times")
 
 
-def read_azure_csv(path: Path) -> Trace:
-    """Read ``TIMESTAMP,ContextTokens,GeneratedTokens``. Raises SimulationError."""
+def _build(stamps: _Stamps, prompt: list[int], output: list[int], source: str) -> Trace:
+    trace = from_columns(stamps.seconds, prompt, output, source)
+    return replace(trace, time_unit=stamps.unit, time_unit_note=stamps.note)
+
+
+def read_azure_csv(path: Path, time_unit: TimeUnit = "auto") -> Trace:
+    """Read ``TIMESTAMP,ContextTokens,GeneratedTokens`` (numeric timestamps in
+    ``time_unit``). Raises SimulationError."""
     with path.open(newline="") as f:
         reader = csv.DictReader(line for line in f if not line.startswith("#"))
         need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
@@ -106,13 +172,13 @@ def read_azure_csv(path: Path) -> Trace:
         output = [int(r["GeneratedTokens"]) for r in rows]
     except (TypeError, ValueError) as exc:
         raise SimulationError(f"{path}: bad token count ({exc})") from exc
-    return from_columns(
-        _seconds([r["TIMESTAMP"] for r in rows], str(path)), prompt, output, str(path)
-    )
+    stamps = _seconds([r["TIMESTAMP"] for r in rows], str(path), time_unit)
+    return _build(stamps, prompt, output, str(path))
 
 
-def read_jsonl(path: Path) -> Trace:
-    """Read JSON lines with ``timestamp``, ``input_length``, ``output_length``."""
+def read_jsonl(path: Path, time_unit: TimeUnit = "auto") -> Trace:
+    """Read JSON lines with ``timestamp`` (numeric in ``time_unit``, or ISO),
+    ``input_length``, ``output_length``. Raises SimulationError."""
     stamps: list[str] = []
     prompt: list[int] = []
     output: list[int] = []
@@ -127,14 +193,16 @@ def read_jsonl(path: Path) -> Trace:
                 output.append(int(obj["output_length"]))
             except (ValueError, KeyError, TypeError) as exc:
                 raise SimulationError(f"{path}:{n}: bad trace line ({exc!r})") from exc
-    return from_columns(_seconds(stamps, str(path)), prompt, output, str(path))
+    return _build(_seconds(stamps, str(path), time_unit), prompt, output, str(path))
 
 
-def read_trace(path: str | Path) -> Trace:
-    """Read a trace; ``.jsonl``/``.json`` is JSONL, anything else the Azure CSV."""
+def read_trace(path: str | Path, time_unit: TimeUnit = "auto") -> Trace:
+    """Read a trace; ``.jsonl``/``.json`` is JSONL, anything else the Azure CSV.
+    ``time_unit``: the unit of numeric timestamps, "s", "ms" or "auto" (detected, see
+    ``detect_unit``); the trace records the unit used. Raises SimulationError."""
     p = Path(path)
     if not p.is_file():
         raise SimulationError(f"trace {p} not found")
     if p.suffix in {".jsonl", ".json"}:
-        return read_jsonl(p)
-    return read_azure_csv(p)
+        return read_jsonl(p, time_unit)
+    return read_azure_csv(p, time_unit)

@@ -26,7 +26,7 @@ from simulator.progress import ProgressBar
 from simulator.report import format_table, write_json, write_plots
 from simulator.scaler import ReactiveScaler, Scaler, StaticScaler
 from simulator.spec import FleetSpec, auto_scale, parse_fraction
-from simulator.trace import read_trace
+from simulator.trace import TIME_UNITS, read_trace
 from skyroute.simulate_planner import PlannerScaler, sim_config
 
 _LONG_RUN = 20_000  # request-runs above which the progress bar is shown
@@ -77,6 +77,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--trace", required=True, help="Azure CSV or JSONL (timestamp, input_length, output_length)"
+    )
+    p.add_argument(
+        "--time-unit",
+        choices=TIME_UNITS,
+        default="auto",
+        help="unit of numeric trace timestamps (Mooncake's are ms); 'auto' detects it from "
+        "their magnitude and median gap, and the output says which was used",
     )
     p.add_argument("--policy", help="routing policy YAML (default: the demo fleet)")
     p.add_argument("--model", help="model the trace asks for (default: the first chat model)")
@@ -132,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     from skyroute.demo import demo_policy_path  # noqa: PLC0415 - pulls in the gateway
 
     policy = load_policy(Path(args.policy) if args.policy else demo_policy_path())
-    trace = read_trace(args.trace).head(args.max_requests).sped_up(args.speedup)
+    trace = read_trace(args.trace, args.time_unit).head(args.max_requests).sped_up(args.speedup)
     if args.scale_fleet == "auto":
         span = max(trace.duration_s, 1e-9)
         scale = auto_scale(
@@ -195,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     scenario = {
         "trace": str(args.trace),
         "requests": len(trace),
+        "time_unit": trace.time_unit,
+        "time_unit_note": trace.time_unit_note,
         "duration_s": trace.duration_s,
         "policy": str(args.policy or demo_policy_path()),
         "model": spec.model,
@@ -214,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
     (out / "table.md").write_text(table + "\n")
     write_json(cmp, scenario, out / "result.json")
     plots = [] if args.no_plots else write_plots(cmp, out)
+    how = "given" if trace.time_unit_note == "given" else f"detected: {trace.time_unit_note}"
+    print(f"trace timestamps read as {trace.time_unit} ({how})")
     print(
         f"{len(trace)} requests over {trace.duration_s / 60:.1f} min, model {spec.model} "
         f"({spec.slo_class}: TTFT {spec.slo.ttft_ms:g} ms, TPOT {spec.slo.tpot_ms:g} ms), "

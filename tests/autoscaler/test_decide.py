@@ -149,6 +149,20 @@ def test_a_pool_grows_by_at_most_max_step_per_cycle() -> None:
     assert "max step" in plan.change("aws:us-east-1:a").reason
 
 
+def test_a_step_share_lets_a_large_pool_move_in_proportion() -> None:
+    policy = make_policy([pool_doc("aws:us-east-1:a", max_replicas=100)])
+    plan = decide(
+        history({"us": steady(60_000.0)}),
+        statuses(policy, {"aws:us-east-1:a": 40}),
+        prices(policy),
+        policy,
+        ScalerState(),
+        config(max_step=3, max_step_share=0.25),
+    )
+    assert _targets(plan) == {"aws:us-east-1:a": 50}  # 40 + 25 %, not 40 + 3
+    assert "max step" in plan.change("aws:us-east-1:a").reason
+
+
 def test_a_pool_never_passes_its_max_size() -> None:
     policy = make_policy([pool_doc("aws:us-east-1:a", max_replicas=5)])
     plan = decide(

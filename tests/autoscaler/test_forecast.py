@@ -126,3 +126,50 @@ def test_the_conditional_quantile_covers_about_its_share_across_regimes() -> Non
         forecast_rate(rate[:end], T0, BUCKET, 1, config).upper[0] >= rate[end] for end in ends
     ]
     assert 0.82 <= float(np.mean(covered)) <= 0.97
+
+
+def test_missing_windows_are_not_a_demand_drop() -> None:
+    rate = _daily(4, np.random.default_rng(7))
+    gapped = rate.copy()
+    gapped[-9:] = np.nan  # the last 1.5 h never reported
+    clean = forecast_rate(rate[:-9], T0, BUCKET, 12)
+    fc = forecast_rate(gapped, T0, BUCKET, 3)
+    assert fc.reliable
+    # It forecasts the windows after the gap as the clean history would, not zero.
+    assert np.allclose(fc.median, clean.median[-3:], rtol=0.2)
+    assert float(fc.median.min()) > 0.5 * float(np.nanmin(rate[-9:]))
+
+
+def test_gaps_and_zero_windows_give_finite_forecasts() -> None:
+    rng = np.random.default_rng(8)
+    rate = _daily(3, rng)
+    rate[rng.choice(len(rate), 40, replace=False)] = np.nan
+    rate[rng.choice(len(rate), 40, replace=False)] = 0.0
+    for r in (rate, np.where(rng.random(len(rate)) < 0.7, 0.0, 1.0), np.zeros(len(rate))):
+        fc = forecast_rate(r, T0, BUCKET, 3)
+        for values in (fc.mean, fc.median, fc.upper):
+            assert np.isfinite(values).all() and (values >= 0).all()
+
+
+def test_a_history_that_is_mostly_missing_is_unreliable_and_keeps_its_seen_peak() -> None:
+    rate = np.full(PER_DAY, np.nan)
+    rate[:5] = [3.0, 8.0, 4.0, 5.0, 6.0]
+    fc = forecast_rate(rate, T0, BUCKET, 2)
+    assert not fc.reliable and fc.upper.tolist() == [8.0, 8.0]
+
+
+def test_the_forecast_has_no_unit_a_scaled_series_gives_a_scaled_forecast() -> None:
+    rate = _daily(3, np.random.default_rng(9), noise=0.2)
+    base = forecast_rate(rate, T0, BUCKET, 2)
+    for factor in (0.1, 10.0):
+        fc = forecast_rate(rate * factor, T0, BUCKET, 2)
+        for ours, theirs in ((fc.median, base.median), (fc.upper, base.upper)):
+            assert np.allclose(ours, theirs * factor, rtol=1e-4)
+
+
+def test_a_level_shift_is_followed_within_hours() -> None:
+    rate = _daily(5, np.random.default_rng(10))
+    rate[4 * PER_DAY :] *= 2.0  # demand doubles at the start of day 5
+    end = 4 * PER_DAY + 12  # two hours later
+    fc = forecast_rate(rate[:end], T0, BUCKET, 2)
+    assert np.allclose(fc.median, rate[end : end + 2], rtol=0.25)

@@ -75,3 +75,14 @@ def test_without_out_the_results_go_to_a_new_temp_directory_not_the_working_one(
     (run,) = (tmp_path / "tmp").iterdir()
     assert run.name.startswith("skyroute-sim-") and (run / "result.json").exists()
     assert f"wrote {run}/result.json" in capsys.readouterr().out
+
+
+def test_simulate_says_which_timestamp_unit_it_used(tmp_path, capsys) -> None:
+    trace = str(AZURE_HEAD.parent / "mooncake_first200.jsonl")
+    args = ("--trace", trace, "--policies", "round-robin", "--bound-block-s", "0", "--warmup-s", "5")  # fmt: skip
+    doc = simulate_cli(tmp_path / "auto", *args)
+    assert "timestamps read as ms (detected" in capsys.readouterr().out
+    assert doc["scenario"]["time_unit"] == "ms" and doc["scenario"]["duration_s"] < 60
+    doc = simulate_cli(tmp_path / "given", *args, "--time-unit", "s", "--max-requests", "20")
+    assert "timestamps read as s (given)" in capsys.readouterr().out
+    assert doc["scenario"]["time_unit"] == "s"

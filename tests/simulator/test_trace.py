@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from simulator.errors import SimulationError
-from simulator.trace import read_trace
+from simulator.trace import detect_unit, read_trace
 from tests.simulator.conftest import AZURE_HEAD
 
 
@@ -57,3 +58,45 @@ def test_a_csv_without_the_azure_columns_is_refused(tmp_path) -> None:
     path.write_text("time,prompt\n1,2\n")
     with pytest.raises(SimulationError, match="need columns"):
         read_trace(path)
+
+
+# The first 200 requests of kvcache-ai/Mooncake FAST25-release/traces/synthetic_trace.jsonl
+# @ 3b5a5941 (timestamps in ms; hash_ids dropped).
+MOONCAKE_HEAD = AZURE_HEAD.parent / "mooncake_first200.jsonl"
+
+
+def test_mooncake_millisecond_timestamps_are_detected() -> None:
+    trace = read_trace(MOONCAKE_HEAD)
+    assert trace.time_unit == "ms"
+    assert trace.duration_s == pytest.approx(58.501)  # not 16 hours
+
+
+def test_an_explicit_unit_overrides_the_detection() -> None:
+    trace = read_trace(MOONCAKE_HEAD, time_unit="s")
+    assert (trace.time_unit, trace.time_unit_note) == ("s", "given")
+    assert trace.duration_s == pytest.approx(58_501.0)
+
+
+def test_fractional_seconds_with_short_gaps_stay_seconds() -> None:
+    stamps = np.cumsum(np.full(50, 0.25))
+    assert detect_unit(stamps)[0] == "s"
+
+
+def test_whole_second_timestamps_with_short_gaps_stay_seconds() -> None:
+    stamps = np.repeat(np.arange(100.0), 3)  # 3 requests a second, 1 s resolution
+    assert detect_unit(stamps)[0] == "s"
+
+
+def test_epochs_are_told_apart_by_magnitude() -> None:
+    assert detect_unit(np.asarray([1.7e9, 1.7e9 + 30.0]))[0] == "s"
+    assert detect_unit(np.asarray([1.7e12, 1.7e12 + 2.0]))[0] == "ms"
+
+
+def test_iso_timestamps_are_date_times_whatever_the_unit_flag(tmp_path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"timestamp": "2024-05-01T00:00:01.5Z", "input_length": 1, "output_length": 1}\n'
+        '{"timestamp": "2024-05-01T00:00:00Z", "input_length": 2, "output_length": 2}\n'
+    )
+    trace = read_trace(path, time_unit="ms")
+    assert trace.time_unit == "date-time" and trace.arrival_s.tolist() == [0.0, 1.5]
