@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +34,7 @@ from tests.gateway.access.conftest import (
     wait_for_records,
 )
 from tests.gateway.conftest import CHAT, EMBED, Fleet
-from tests.gateway.harness import ADMIN_TOKEN, API_KEY, Gateway, pool
+from tests.gateway.harness import ADMIN_TOKEN, API_KEY, Gateway, pool, wait_for
 
 DEAD = "dead-model"  # served by one pool whose endpoint nobody listens on
 METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
@@ -132,14 +131,14 @@ def burst(usage_gateway: Gateway, redis_url: str) -> Burst:
 def _wait_for_ledger(gw: Gateway, tenant: str, want: int, timeout_s: float = 10.0) -> None:
     """Until /admin/usage (the store's ledger, which trails the Redis stream by the
     usage consumer) counts ``want`` requests of ``tenant``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        body = admin(gw, "GET", f"/admin/usage?tenant={tenant}").json()
-        if body["groups"].get("all", {}).get("requests", 0) >= want:
-            assert body["source"] == "store"
-            return
-        time.sleep(0.05)
-    pytest.fail(f"the ledger has fewer than {want} requests of {tenant} after {timeout_s} s")
+    seen: dict[str, Any] = {}
+
+    def counted() -> bool:
+        seen.update(admin(gw, "GET", f"/admin/usage?tenant={tenant}").json())
+        return bool(seen["groups"].get("all", {}).get("requests", 0) >= want)
+
+    wait_for(counted, f"the ledger to count {want} requests of {tenant}", timeout_s)
+    assert seen["source"] == "store"
 
 
 def _sums(records: list[dict[str, str]], group: str) -> dict[str, dict[str, int]]:
