@@ -30,7 +30,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from base.errors import TableError
-from live import table_scripts
+from live import table_scripts, usage_codec
 from live.tables import run_pipeline
 from router.policy import TenantSpec
 
@@ -246,23 +246,22 @@ class AccessTables:
         """Queue usage records, roll-ups, spend and TPM corrections on ``pipe`` (the
         flush pipeline). Additive: the caller must not queue a record twice.
 
-        One stream entry per record; the roll-ups, spend and TPM corrections are summed
-        in process first, so a flush of a thousand requests of one tenant costs a few
-        dozen counter updates, not tens of thousands.
+        One stream entry for all the records (``live.usage_codec``); the roll-ups, spend and TPM
+        corrections are summed in process first, so a flush of a thousand requests of one
+        tenant costs a few dozen counter updates, not tens of thousands.
         """
         # Sum per (tenant, hour, pool, model, region, provider) first: a flush holds
         # many requests of few such groups, and each group expands to 20 roll-up fields.
         groups: dict[tuple[str, int, str, str, str, str], list[int]] = {}
         tpm: dict[str, int] = {}
-        stream = self._k("usage")
+        records = list(records)
+        if not records:
+            return
+        pipe.xadd(
+            self._k("usage"), usage_codec.encode(records),  # type: ignore[arg-type]
+            maxlen=USAGE_STREAM_MAXLEN, approximate=True,
+        )  # fmt: skip
         for r in records:
-            fields: dict[Any, Any] = {
-                "ts": f"{r.ts_s:.3f}", "id": r.request_id, "tenant": r.tenant, "model": r.model,
-                "pool": r.pool, "provider": r.provider, "region": r.region,
-                "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                "cost_nusd": r.cost_nusd, "status": r.status,
-            }  # fmt: skip
-            pipe.xadd(stream, fields, maxlen=USAGE_STREAM_MAXLEN, approximate=True)
             gkey = (r.tenant, int(r.ts_s // 3600), r.pool, r.model, r.region, r.provider)
             sums = groups.get(gkey)
             if sums is None:
@@ -327,15 +326,19 @@ class AccessTables:
         return out
 
     async def usage_records(self, count: int = 100_000) -> list[dict[str, str]]:
-        """The newest per-request usage records (oldest first)."""
+        """Per-request usage records of the newest ``count`` stream entries (one entry
+        per gateway flush), oldest first."""
         try:
             entries = await self.redis.xrevrange(self._k("usage"), count=count)
         except RedisError as exc:
             raise TableError(f"read usage failed: {exc}") from exc
-        return [
-            {_s(k): _s(v) for k, v in (fields or {}).items()}
-            for _, fields in reversed(entries or [])
-        ]
+        out: list[dict[str, str]] = []
+        for _, fields in reversed(entries or []):
+            try:
+                out.extend(usage_codec.decode({_s(k): _s(v) for k, v in (fields or {}).items()}))
+            except ValueError:
+                continue  # the consumer logs and drops such an entry
+        return out
 
 
 def now_s() -> float:

@@ -37,13 +37,14 @@ class LedgerWriter(Protocol):
 class UsageConsumer:
     """Runs one reader of the usage stream against one ledger.
 
-    ``batch``: entries per step; ``claim_idle_ms``: how long another reader's entry must
-    have been pending before this one takes it over (longer than a step normally
-    takes, so a live reader keeps its own); ``block_ms``: how long a step waits in Redis
-    for new entries when there are none (None: not at all); ``pace_s``: after a step
-    that did not fill its batch, how long to let entries gather before the next one, so
-    a light load costs one store transaction per ``pace_s`` rather than one per
-    handful of requests (a full batch goes on at once: a backlog is never held back).
+    ``batch``: stream entries per step (each holds one gateway flush's records, so a step writes
+    up to ``batch`` × records per flush rows); ``claim_idle_ms``: how long another reader's
+    entry must have been pending before this one takes it over (longer than a step normally
+    takes, so a live reader keeps its own); ``block_ms``: how long a step waits in Redis for
+    new entries when there are none (None: not at all); ``pace_s``: after a step that did
+    not fill its batch, how long to let entries gather before the next one, so a light load
+    costs one store transaction per ``pace_s`` rather than one per handful of requests (a
+    full batch goes on at once: a backlog is never held back).
     """
 
     def __init__(
@@ -51,7 +52,7 @@ class UsageConsumer:
         stream: UsageStream,
         ledger: LedgerWriter,
         *,
-        batch: int = 500,
+        batch: int = 64,
         claim_idle_ms: int = 30_000,
         block_ms: int | None = 1000,
         pace_s: float = 0.0,
@@ -92,7 +93,7 @@ class UsageConsumer:
                 # Acknowledged with the batch: an entry that can never be a row would
                 # otherwise be delivered forever and hold up everything behind it.
                 logger.error(
-                    "dropping %d malformed usage entries, e.g. %s",
+                    "dropping %d malformed usage entries or records, e.g. %s",
                     len(batch.malformed), batch.malformed[0],
                 )  # fmt: skip
                 self.malformed += len(batch.malformed)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from live import usage_codec
 from live.access_table import period_ids
 from store.records import LedgerRow
 
@@ -17,24 +18,28 @@ from store.records import LedgerRow
 class Batch:
     """A batch of stream entries as the store will take them.
 
-    ``rows``: one per well-formed entry, each idempotency id once. ``malformed``: the
-    ids of entries that cannot be a ledger row (acknowledged and logged, never retried:
-    they would block the stream forever). ``entry_ids``: every entry id of the batch,
-    all of which are acknowledged once the rows are committed."""
+    ``rows``: one per well-formed entry, each idempotency id once. ``malformed``: the ids of
+    entries (or ``<entry id>#<place>`` of records) that cannot be a ledger row (acknowledged
+    and logged, never retried: they would block the stream forever). ``entry_ids``: every
+    entry id of the batch, all of which are acknowledged once the rows are committed."""
 
     rows: list[LedgerRow] = field(default_factory=list)
     malformed: list[str] = field(default_factory=list)
     entry_ids: list[str] = field(default_factory=list)
 
 
-def idempotency_id(entry_id: str, request_id: str) -> str:
-    """The ledger's unique id of one stream entry: the stream entry id, which one XADD
-    makes unique, joined with the request id, because a Redis that restarted empty (or
-    failed over to a replica with a slower clock) may hand out an entry id again."""
-    return f"{entry_id}/{request_id}"
+def idempotency_id(entry_id: str, request_id: str, index: int | None = None) -> str:
+    """The ledger's unique id of one record: the stream entry id, which one XADD makes
+    unique, then the record's place in the entry (``index``; None for an entry of the
+    older one-record layout), joined with the request id, because a Redis that restarted
+    empty (or failed over to a replica with a slower clock) may hand out an entry id
+    again. The place keeps two records apart when clients sent the same request id."""
+    if index is None:
+        return f"{entry_id}/{request_id}"
+    return f"{entry_id}/{index}/{request_id}"
 
 
-def _row(entry_id: str, fields: Mapping[str, str]) -> LedgerRow:
+def _row(entry_id: str, index: int | None, fields: Mapping[str, str]) -> LedgerRow:
     # Raises KeyError or ValueError on a malformed entry.
     ts_s = float(fields["ts"])
     prompt, completion = int(fields["prompt_tokens"]), int(fields["completion_tokens"])
@@ -43,7 +48,7 @@ def _row(entry_id: str, fields: Mapping[str, str]) -> LedgerRow:
         raise ValueError("negative or non-finite number")
     request_id = fields.get("id", "")[:128]
     return LedgerRow(
-        idempotency_id=idempotency_id(entry_id, request_id),
+        idempotency_id=idempotency_id(entry_id, request_id, index),
         request_id=request_id,
         tenant=fields["tenant"][:128],
         model=fields.get("model", "")[:256],
@@ -59,20 +64,28 @@ def _row(entry_id: str, fields: Mapping[str, str]) -> LedgerRow:
 
 
 def to_batch(entries: Iterable[tuple[str, Mapping[str, str]]]) -> Batch:
-    """Turn ``(entry id, fields)`` pairs from the usage stream (as ``live.access_table``
-    writes them) into ledger rows, dropping repeated entry ids."""
+    """Turn ``(entry id, fields)`` pairs from the usage stream (as ``live.usage_codec``
+    lays them out) into ledger rows, dropping repeated records. A malformed entry is
+    named by its id, a malformed record inside a batch entry by ``<entry id>#<place>``."""
     batch = Batch()
     seen: set[str] = set()
     for entry_id, fields in entries:
         batch.entry_ids.append(entry_id)
         try:
-            row = _row(entry_id, fields)
-        except (KeyError, ValueError):
+            records = usage_codec.decode(fields)
+        except ValueError:
             batch.malformed.append(entry_id)
             continue
-        if row.idempotency_id not in seen:
-            seen.add(row.idempotency_id)
-            batch.rows.append(row)
+        single = not usage_codec.is_batch(fields)
+        for index, record in enumerate(records):
+            try:
+                row = _row(entry_id, None if single else index, record)
+            except (KeyError, ValueError):
+                batch.malformed.append(entry_id if single else f"{entry_id}#{index}")
+                continue
+            if row.idempotency_id not in seen:
+                seen.add(row.idempotency_id)
+                batch.rows.append(row)
     return batch
 
 

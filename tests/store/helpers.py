@@ -44,7 +44,16 @@ def usage(n: int, tenant: str = "acme", cost_nusd: int = 1_000) -> UsageRecord:
 
 
 async def publish(tables: AccessTables, records: list[UsageRecord]) -> None:
-    """XADD the records as the gateway's flush does (with roll-ups and spend)."""
+    """Write the records as the gateway's flushes do (with roll-ups and spend), one
+    flush, and so one stream entry, per record: the consumer tests count entries."""
+    pipe = tables.redis.pipeline(transaction=False)
+    for record in records:
+        tables.add_usage(pipe, [record])
+    await pipe.execute()
+
+
+async def publish_flush(tables: AccessTables, records: list[UsageRecord]) -> None:
+    """Write the records as ONE gateway flush: one stream entry holding them all."""
     pipe = tables.redis.pipeline(transaction=False)
     tables.add_usage(pipe, records)
     await pipe.execute()

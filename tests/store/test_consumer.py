@@ -4,23 +4,27 @@ crashes between writing and acknowledging, store outages and an emptied Redis.""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from base.errors import StoreError, TableError
+from live import usage_codec
 from live.access_table import AccessTables, period_ids
 from live.usage_stream import UsageStream
 from store.consumer import LedgerWriter, UsageConsumer
 from store.ledger import Ledger
 from store.records import LedgerRow
 from store.store import Store
+from store.usage_rows import to_batch
 from tests.aio import run_async
 from tests.live.conftest import RedisTarget
-from tests.store.helpers import TS_S, access_tables, opened, publish, usage
+from tests.store.helpers import TS_S, access_tables, opened, publish, publish_flush, usage
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -190,3 +194,49 @@ async def test_a_consumer_process_sigkilled_after_its_commit_loses_and_doubles_n
         assert await survivor.drain() == 25
         assert (survivor.written, await store.ledger.count()) == (15, 25)
         assert await month_spend(store) == 25 * 1_000
+
+
+@run_async
+async def test_one_flush_is_one_entry_and_every_record_in_it_one_row(
+    db_url: str, live_redis: RedisTarget
+) -> None:
+    twins = [usage(1), usage(2), usage(1)]  # a client sent one request id twice
+    async with opened(db_url) as store, access_tables(live_redis) as tables:
+        await publish_flush(tables, twins)
+        reader = consumer(tables, store.ledger, "gw-a")
+        await reader.stream.ensure_group()
+        assert await reader.drain() == 1
+        assert (reader.written, await store.ledger.count()) == (3, 3)
+        assert await month_spend(store) == 3_000
+        replay = consumer(tables, store.ledger, "gw-b")
+        await replay.stream.ensure_group()
+        await tables.redis.xgroup_setid(tables.key("usage"), "store", "0")
+        assert await replay.drain() == 1  # delivered again: nothing is written twice
+        assert (replay.written, await store.ledger.count()) == (0, 3)
+
+
+@run_async
+async def test_a_malformed_record_in_a_flush_is_dropped_and_its_neighbours_written(
+    db_url: str, live_redis: RedisTarget
+) -> None:
+    good = json.loads(usage_codec.encode([usage(1)])[usage_codec.RECORDS_FIELD])[0]
+    bad = [*good[:7], "-5", *good[8:]]  # negative prompt tokens
+    blob = json.dumps([good, bad, [*good[:1], "req-x", *good[2:]]])
+
+    def row_at(entry_id: str, place: int) -> LedgerRow:
+        [row] = to_batch([(entry_id, {usage_codec.RECORDS_FIELD: json.dumps([good])})]).rows
+        request_id = "req-1" if place == 0 else "req-x"
+        return replace(row, idempotency_id=f"{entry_id}/{place}/{request_id}")
+
+    async with opened(db_url) as store, access_tables(live_redis) as tables:
+        added = await tables.redis.xadd(tables.key("usage"), {usage_codec.RECORDS_FIELD: blob})
+        entry = added.decode() if isinstance(added, bytes) else added
+        await tables.redis.xadd(tables.key("usage"), {usage_codec.RECORDS_FIELD: "[1, 2"})
+        reader = consumer(tables, store.ledger, "gw-a")
+        await reader.stream.ensure_group()
+        assert await reader.drain() == 2
+        assert (reader.written, reader.malformed) == (2, 2)
+        assert await reader.stream.pending_count() == 0
+        assert await store.ledger.count() == 2
+        # The two good records of the entry at places 0 and 2, the bad one at 1 dropped.
+        assert not await store.ledger.write([row_at(entry, 0), row_at(entry, 2)])
