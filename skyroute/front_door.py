@@ -27,7 +27,9 @@ import asyncio
 import logging
 import resource
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -88,6 +90,70 @@ def connection_cap(requested: int, reserve: int = FD_RESERVE) -> int:
     return max(16, min(requested, soft - reserve))
 
 
+class _Clock(Protocol):
+    """What ``DeadlineTimer`` needs of the event loop (tests pass a manual clock)."""
+
+    def time(self) -> float: ...
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> asyncio.TimerHandle: ...
+
+
+class DeadlineTimer:
+    """A deadline that moves on every request, kept with ONE loop timer, never one per
+    request: ``arm`` and ``disarm`` only move the deadline (an attribute), and the timer,
+    when it fires before the deadline, re-arms itself for it. A new timer is made only
+    when the deadline moves earlier than the pending one. (Two timers made and three
+    cancelled per request were ~1.5 % of the gateway's CPU.)
+
+    ``fire(tag)`` runs once when the loop's clock passes an armed deadline, with the
+    ``tag`` given to the ``arm`` that set it. Times are the loop's clock, in seconds."""
+
+    __slots__ = ("_deadline", "_fire", "_handle", "_handle_at", "_loop", "_tag")
+
+    def __init__(self, loop: _Clock, fire: Callable[[bool], None]) -> None:
+        self._loop = loop
+        self._fire = fire
+        self._handle: asyncio.TimerHandle | None = None
+        self._handle_at = 0.0
+        self._deadline: float | None = None
+        self._tag = False
+
+    def arm(self, delay_s: float, tag: bool) -> None:
+        """Fire ``delay_s`` from now (replacing any armed deadline)."""
+        deadline = self._loop.time() + delay_s
+        self._deadline, self._tag = deadline, tag
+        if self._handle is None or deadline < self._handle_at:
+            self._schedule(deadline)
+
+    def disarm(self) -> None:
+        """Fire nothing until armed again (the pending timer, if any, finds no deadline)."""
+        self._deadline = None
+
+    def close(self) -> None:
+        """Disarm and drop the loop timer. Idempotent."""
+        self._deadline = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _schedule(self, at: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._loop.call_at(at, self._check)
+        self._handle_at = at
+
+    def _check(self) -> None:
+        self._handle = None
+        deadline = self._deadline
+        if deadline is None:
+            return
+        if self._loop.time() < deadline:
+            self._schedule(deadline)
+            return
+        self._deadline = None
+        self._fire(self._tag)
+
+
 def guarded_protocol(
     limits: FrontDoorLimits, stats: FrontDoorStats | None = None
 ) -> type[HttpToolsProtocol]:
@@ -96,7 +162,7 @@ def guarded_protocol(
     shared = stats if stats is not None else FrontDoorStats()
 
     class GuardedProtocol(HttpToolsProtocol):
-        _door_timer: asyncio.TimerHandle | None = None
+        _door: DeadlineTimer | None = None
         # A request has begun and its headers are not complete yet.
         _in_headers: bool = False
 
@@ -106,11 +172,13 @@ def guarded_protocol(
                 transport.abort()
                 return
             super().connection_made(transport)
+            self._door = DeadlineTimer(self.loop, self._timed_out)
             self._waiting(True)
             self._arm(limits.header_timeout_s, header=True)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            if self._door is not None:
+                self._door.close()
             shared.waiting.pop(self, None)
             if self.transport is not None:  # None when refused in connection_made
                 super().connection_lost(exc)
@@ -150,16 +218,14 @@ def guarded_protocol(
                 shared.waiting.pop(self, None)
 
         def _arm(self, delay_s: float, *, header: bool) -> None:
-            self._disarm()
-            self._door_timer = self.loop.call_later(delay_s, self._timed_out, header)
+            if self._door is not None:
+                self._door.arm(delay_s, header)
 
         def _disarm(self) -> None:
-            if self._door_timer is not None:
-                self._door_timer.cancel()
-                self._door_timer = None
+            if self._door is not None:
+                self._door.disarm()
 
         def _timed_out(self, header: bool) -> None:
-            self._door_timer = None
             if self.transport.is_closing():
                 return
             if header:
