@@ -7,9 +7,9 @@ Handlers take the raw ``Request`` and parse the body themselves (see
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
-import uuid
 
 import orjson
 from starlette.requests import Request
@@ -186,7 +186,8 @@ def openai_routes(gw: Gateway) -> list[Route]:
             trace.end(exc)
             refused(request, exc, received)
             raise
-        request_id = (request.headers.get("x-request-id") or uuid.uuid4().hex)[:128]
+        # 128 random bits as uuid4 has, without building a UUID object per request.
+        request_id = (request.headers.get("x-request-id") or os.urandom(16).hex())[:128]
         upstream_headers = {"content-type": "application/json", "x-request-id": request_id}
         # Capped like the request id: the session map keeps up to 100k of them.
         session_id = (request.headers.get(SESSION_HEADER) or "")[:128] or None

@@ -7,7 +7,6 @@ the rows it inserted. Replaying a batch after a crash therefore changes nothing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
@@ -54,7 +53,8 @@ class Ledger:
                 )
                 for start in range(0, len(ordered), CHUNK):
                     chunk = ordered[start : start + CHUNK]
-                    result = await conn.execute(stmt, [dataclasses.asdict(r) for r in chunk])
+                    # vars(): a shallow copy; dataclasses.asdict deep-copies every field.
+                    result = await conn.execute(stmt, [dict(vars(r)) for r in chunk])
                     inserted.update(result.scalars())
                 new = [r for r in ordered if r.idempotency_id in inserted]
                 for (tenant, period), (cost, requests) in sorted(spend_deltas(new).items()):
