@@ -64,6 +64,8 @@ class ReplicaSet:
         self._policy = policy
         if rows is not None:
             self._rows = rows
+        dns = {spec.id for spec in policy.policy.pools if spec.dns is not None}
+        self._resolved = {k: v for k, v in self._resolved.items() if k in dns}
         self._static = {
             spec.id: tuple(str(e).rstrip("/") for e in spec.endpoints)
             for spec in policy.policy.pools
