@@ -169,13 +169,15 @@ def admin_router(gw: Gateway) -> APIRouter:
 
     @router.get("/dashboard/data")
     async def dashboard_data(request: Request) -> Response:
-        """What the live dashboard shows: pools, this replica's recent routing decisions
-        with their reasons, spend per provider and traffic per provider per second."""
+        """What the live dashboard shows: pools and each one's replicas (as this gateway
+        sees them), this replica's recent routing decisions with their reasons, spend per
+        provider and traffic per provider per second."""
         authorize(request)
         out, live = await pool_views()
         decisions = gw.forwarder.finisher.decisions if gw.forwarder else None
         body = {
             "pools": out,
+            "replicas": {p["id"]: replica_views(p["id"]) for p in out},
             "live": live,
             "decisions": decisions.recent(50) if decisions else [],
             "spend_usd_by_provider": decisions.spend_usd() if decisions else {},
