@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -138,17 +139,18 @@ def micro(calls: int, seed: int) -> dict[str, float]:
         chooser.record(r, ids[int(rng.integers(n))], prefix_affinity=True)
     gc.collect()
     gc.freeze()
-    clock = time.perf_counter_ns
-    rank_us, choose_us, both_us = [], [], []
+    wall, cpu = time.perf_counter_ns, time.thread_time_ns
+    rank_us, choose_us, both_us, both_cpu_us = [], [], [], []
     for i in range(calls):
-        t0 = clock()
+        c0, t0 = cpu(), wall()
         rank(route, policy, snapshot)
-        t1 = clock()
+        t1 = wall()
         choice = chooser.choose(requests[i], table, timing, prefix_affinity=True)
-        t2 = clock()
+        t2, c2 = wall(), cpu()
         rank_us.append((t1 - t0) / 1000.0)
         choose_us.append((t2 - t1) / 1000.0)
         both_us.append((t2 - t0) / 1000.0)
+        both_cpu_us.append((c2 - c0) / 1000.0)
         table.inflight[choice.index] += 1.0  # loads move as the gateway's counters do
         other = int(rng.integers(n))
         if table.inflight[other] > 0:
@@ -163,13 +165,20 @@ def micro(calls: int, seed: int) -> dict[str, float]:
         "choice_p50_us": p(choose_us, 50), "choice_p99_us": p(choose_us, 99),
         "both_p50_us": p(both_us, 50), "both_p99_us": p(both_us, 99),
         "both_mean_us": statistics.fmean(both_us),
+        "both_cpu_p50_us": p(both_cpu_us, 50), "both_cpu_p99_us": p(both_cpu_us, 99),
     }  # fmt: skip
-    print(f"rank + replica choice (64 replicas, prefix affinity), {calls} calls:")
+    print(f"rank + replica choice (64 replicas, prefix affinity), {calls} calls, wall clock:")
     print(f"  rank        p50 {out['rank_p50_us']:6.1f} µs   p99 {out['rank_p99_us']:6.1f} µs")
     print(f"  choice      p50 {out['choice_p50_us']:6.1f} µs   p99 {out['choice_p99_us']:6.1f} µs")
-    ok = out["both_p99_us"] <= 60.0
-    print(f"  both        p50 {out['both_p50_us']:6.1f} µs   p99 {out['both_p99_us']:6.1f} µs   "
-          f"{'met' if ok else 'MISSED'} (target p99 <= 60 µs)")  # fmt: skip
+    for name, key in (("both", "both"), ("both, CPU", "both_cpu")):
+        ok = out[f"{key}_p99_us"] <= 60.0
+        p50, p99 = out[f"{key}_p50_us"], out[f"{key}_p99_us"]
+        print(f"  {name:<11} p50 {p50:6.1f} µs   p99 {p99:6.1f} µs"
+              f"   {'met' if ok else 'MISSED'} (target p99 <= 60 µs)")  # fmt: skip
+    # CPU time (this thread's) leaves out time the machine gave other processes; on a
+    # shared machine the wall-clock tail is mostly theirs.
+    load = os.getloadavg()[0]
+    print(f"  load average {load:.1f} on {os.cpu_count()} CPUs while timing")
     return out
 
 
