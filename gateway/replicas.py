@@ -72,7 +72,7 @@ class Replica:
 
     @property
     def out_until(self) -> float:
-        """Until when requests failures (here or elsewhere) keep it out (monotonic s)."""
+        """Until when request failures (here or elsewhere) keep it out (monotonic s)."""
         return max(self.ejected_until, self.shared_until)
 
 
