@@ -32,6 +32,7 @@ import it.
     ├── SimulationError             bad simulator input (simulator.errors)
     ├── PriceFeedError              a price feed could not be read (``reason`` says why)
     ├── CommandError                the command line cannot do what it was asked (says what to do)
+    ├── DiscoveryError              replica discovery (DNS) could not get an answer
     └── AdapterError                a cloud control plane failed
         ├── NotImplementedByProvider  optional capability absent
         ├── OutOfCapacity           stockout in the zone/region
@@ -201,6 +202,11 @@ class PriceFeedError(SkyrouteError):
 
 class CommandError(SkyrouteError):
     """A ``skyroute`` subcommand cannot proceed; the message says what to do instead."""
+
+
+class DiscoveryError(SkyrouteError):
+    """Replica discovery could not get an answer (a DNS timeout or server failure); an
+    answer that names no replica is not an error."""
 
 
 class AdapterError(SkyrouteError):

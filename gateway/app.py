@@ -22,6 +22,7 @@ from gateway.context import build_gateway
 from gateway.dashboard import dashboard_router
 from gateway.fast_paths import GatewayApp
 from gateway.proxy import Forwarder
+from gateway.replica_discovery import DnsDiscoveryLoop
 from gateway.replica_scraper import ReplicaScraper
 from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
@@ -69,6 +70,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             asyncio.create_task(gw.access.refresh_loop(), name="tenant-refresh"),
             asyncio.create_task(gw.health.probes(upstream), name="health-probes"),
             asyncio.create_task(ReplicaScraper(gw.state, upstream).run(), name="replica-scrape"),
+            asyncio.create_task(DnsDiscoveryLoop(gw.state).run(), name="replica-dns"),
             asyncio.create_task(gw.store_sync.run(), name="store-sync"),
         ]
         logger.info(

@@ -129,6 +129,8 @@ class RequestFinisher:
                     status=status,
                 )
             )
+        if status == "ok" and attempt is not None and attempt.replica is not None:
+            attempt.replica.observe(ttft_ms, tpot_ms)
         met = (
             status == "ok"
             and attempt is not None

@@ -92,7 +92,7 @@ class HealthMonitor:
             *(
                 probe_pool(
                     upstream, p, settings.probe_path, settings.probe_timeout_s,
-                    rows[p.id].endpoints if p.id in rows else (),
+                    self._replicas_of(p.id),
                 )
                 for p in due
             )
@@ -109,6 +109,11 @@ class HealthMonitor:
         if rtt:
             with contextlib.suppress(TableError):
                 await self.tables.record_rtt(rtt)
+
+    def _replicas_of(self, pool_id: str) -> tuple[str, ...]:
+        """The pool's replicas as requests see them (DNS, node group or static)."""
+        pool = self.state.replicas.by_id.get(pool_id)
+        return pool.table.ids if pool is not None else ()
 
     async def probes(self, upstream: UpstreamClient) -> None:
         """Loop: a probe round every ``health.probe_interval_s`` of the running policy."""

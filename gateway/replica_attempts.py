@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 
 from gateway.openai_request import ParsedRequest
-from gateway.replicas import ReplicaPick, ReplicaSet, prompt_text
+from gateway.replica_set import ReplicaSet
+from gateway.replicas import ReplicaPick, prompt_text
 from router.prefix_index import prompt_block_hashes
 from router.replica_choice import ReplicaRequest
 

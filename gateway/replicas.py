@@ -15,6 +15,12 @@ back by the next scrape that succeeds) or as many requests in a row failed (it s
 a backoff that doubles per relapse, then takes traffic again; one more failure sends it
 back). Request failures never take out a pool's last usable replica: whether a whole
 pool is down is the pool's outlier detector's call, shared with other gateways.
+
+Request ejections are shared too: each goes to an outbox that the periodic flush
+(``gateway.sync``) writes to Redis, and the ejections other gateways published come
+back with each snapshot (``set_shared``), so one gateway's failed requests spare every
+other gateway's. Shared ejections never take out a pool's last usable replica either.
+Scrape failures are not shared: every gateway scrapes every replica itself.
 """
 
 from __future__ import annotations
@@ -26,16 +32,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from adapters.upstream.engine_metrics import EngineLoad
-from router.compiled import CompiledPolicy
 from router.policy import PoolSpec
 from router.replica_choice import PoolTiming, ReplicaChooser, ReplicaRequest, ReplicaTable
-from router.snapshot import PoolRow
 
-__all__ = ["PoolReplicas", "Replica", "ReplicaPick", "ReplicaSet"]
+__all__ = ["PoolReplicas", "Replica", "ReplicaPick"]
 
 # Request ejection backoff: base doubling per relapse, capped (seconds).
 _EJECT_BASE_S = 5.0
 _EJECT_MAX_S = 120.0
+# Smoothing of the per-replica TTFT/TPOT shown to operators (as the pools' EWMAs).
+_LATENCY_ALPHA = 0.2
 
 
 @dataclass(slots=True)
@@ -57,6 +63,17 @@ class Replica:
     has_metrics: bool = True
     # An operator drained it (shared through the live tables): no new requests.
     drained: bool = False
+    # Out until then because another gateway ejected it (monotonic s; 0: not).
+    shared_until: float = 0.0
+    shared_reason: str = ""
+    # Recent TTFT and TPOT of its answers to this process (EWMA, ms; NaN: none yet).
+    ttft_ms: float = math.nan
+    tpot_ms: float = math.nan
+
+    @property
+    def out_until(self) -> float:
+        """Until when request failures (here or elsewhere) keep it out (monotonic s)."""
+        return max(self.ejected_until, self.shared_until)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +89,10 @@ class ReplicaPick:
     def served(self) -> None:
         """The replica answered: ``PoolReplicas.on_success``."""
         self.pool.on_success(self)
+
+    def observe(self, ttft_ms: float | None, tpot_ms: float | None) -> None:
+        """The answer's measured TTFT and TPOT (ms; None: not measured)."""
+        self.pool.observe(self.index, ttft_ms, tpot_ms)
 
 
 class PoolReplicas:
@@ -99,6 +120,10 @@ class PoolReplicas:
         # A pool of one replica needs no choice: the same pick every time.
         self._single = ReplicaPick(self, 0, self.replicas[0].address, None) if n == 1 else None
         self._next_readmit = math.inf
+        # This process's request ejections not yet published: (address, until monotonic
+        # s, reason). The flush takes them (``take_ejections``).
+        self.outbox: list[tuple[str, float, str]] = []
+        self._shared: Mapping[str, tuple[float, str]] = {}
 
     @property
     def usable(self) -> int:
@@ -114,6 +139,8 @@ class PoolReplicas:
             return "ready"
         if replica.ejected_until > now:
             return "ejected"
+        if replica.shared_until > now:
+            return "ejected_elsewhere"
         return "scrape_failing"
 
     def pick(
@@ -174,7 +201,40 @@ class PoolReplicas:
             replica.request_failures = self.limit - 1
             self._next_readmit = min(self._next_readmit, replica.ejected_until)
             self._set_available(i, now)
+            self.outbox.append((replica.address, replica.ejected_until, reason))
         return others > 0
+
+    def observe(self, i: int, ttft_ms: float | None, tpot_ms: float | None) -> None:
+        """Fold one answer's TTFT and TPOT (ms) into replica ``i``'s recent values."""
+        replica = self.replicas[i]
+        if ttft_ms is not None:
+            old = replica.ttft_ms
+            replica.ttft_ms = ttft_ms if math.isnan(old) else old + _LATENCY_ALPHA * (ttft_ms - old)
+        if tpot_ms is not None:
+            old = replica.tpot_ms
+            replica.tpot_ms = tpot_ms if math.isnan(old) else old + _LATENCY_ALPHA * (tpot_ms - old)
+
+    def set_shared(self, ejected: Mapping[str, tuple[float, str]], now: float, wall: float) -> None:
+        """Apply the ejections every gateway published (base URL -> (until unix s,
+        reason)); ``now`` monotonic and ``wall`` unix seconds, taken together. Ignored
+        as a whole when they would leave the pool no usable replica. Cheap when
+        nothing changed."""
+        if not ejected and not self._shared:
+            return
+        self._shared = ejected
+        usable_before = self.usable
+        for i, replica in enumerate(self.replicas):
+            found = ejected.get(replica.address)
+            if found is not None and found[0] > wall:
+                replica.shared_until, replica.shared_reason = now + (found[0] - wall), found[1]
+                self._next_readmit = min(self._next_readmit, replica.shared_until)
+            else:
+                replica.shared_until, replica.shared_reason = 0.0, ""
+            self._set_available(i, now)
+        if usable_before and not self.usable:
+            for i, replica in enumerate(self.replicas):
+                replica.shared_until = 0.0
+                self._set_available(i, now)
 
     def on_scrape(self, i: int, load: EngineLoad | None, error: str | None, now: float) -> None:
         """A scrape of replica ``i`` ended: ``load`` read (None with ``error`` None: it
@@ -206,7 +266,7 @@ class PoolReplicas:
         replica = self.replicas[i]
         self.table.available[i] = (
             replica.scrape_failures < self.limit
-            and replica.ejected_until <= now
+            and replica.out_until <= now
             and not replica.drained
         )
 
@@ -222,112 +282,11 @@ class PoolReplicas:
         """Backoffs that ended: those replicas take traffic again (if their scrapes do)."""
         self._next_readmit = math.inf
         for i, replica in enumerate(self.replicas):
-            if replica.ejected_until > now:
-                self._next_readmit = min(self._next_readmit, replica.ejected_until)
-            elif replica.ejected_until:
-                replica.ejected_until = 0.0
+            if replica.out_until > now:
+                self._next_readmit = min(self._next_readmit, replica.out_until)
+            elif replica.out_until:
+                replica.ejected_until = replica.shared_until = 0.0
                 self._set_available(i, now)
-
-
-def pool_timing(policy: CompiledPolicy, pool: PoolSpec) -> PoolTiming:
-    """One replica's latency envelope from the pool's goodput profile: a full batch
-    decodes at about the model's default SLO TPOT (as ``router.snapshot`` assumes)."""
-    spec = policy.policy.models[pool.model]
-    goodput = pool.goodput
-    full = max(goodput.tpot_ms, policy.slo[spec.default_slo].tpot_ms)
-    return PoolTiming(
-        slots=goodput.max_concurrency,
-        prefill_ms_per_token=1000.0 / goodput.prefill_tokens_per_s,
-        tpot_base_ms=goodput.tpot_ms,
-        tpot_full_ms=full,
-        mean_output_tokens=float(max(spec.expected_output_tokens, 1)),
-    )
-
-
-class ReplicaSet:
-    """Every pool's replicas, aligned with one compiled policy (``pools[i]`` is the
-    policy's pool ``i``). A pool's replicas are the base URLs its node group reports
-    (``PoolRow.endpoints``, published by the autoscaler) when there are any, else the
-    policy's static ``endpoints``. ``rebuild`` aligns with a reloaded policy and
-    ``follow`` with a new snapshot, keeping what is known of replicas that stay."""
-
-    def __init__(self, policy: CompiledPolicy) -> None:
-        self.pools: list[PoolReplicas] = []
-        self.by_id: dict[str, PoolReplicas] = {}
-        self._policy = policy
-        self._static: dict[str, tuple[str, ...]] = {}
-        self.rebuild(policy)
-
-    def rebuild(
-        self, policy: CompiledPolicy, rows: Mapping[str, PoolRow] | None = None, now: float = 0.0
-    ) -> None:
-        """Align with ``policy`` (and the discovered and drained replicas in ``rows``;
-        ``now`` in monotonic seconds)."""
-        self._policy = policy
-        self._static = {
-            spec.id: tuple(str(e).rstrip("/") for e in spec.endpoints)
-            for spec in policy.policy.pools
-        }
-        pools = [self._aligned(spec, rows) for spec in policy.policy.pools]
-        self.pools = pools
-        self.by_id = {p.pool_id: p for p in pools}
-        if rows is not None:
-            self._drain(rows, now)
-
-    def follow(self, rows: Mapping[str, PoolRow], now: float = 0.0) -> None:
-        """Take up the replicas a new snapshot reports: joined ones enter the choice,
-        gone ones leave it (and the prefix index), drained ones take no new requests.
-        Cheap when nothing changed. ``now``: monotonic seconds."""
-        for spec, pool in zip(self._policy.policy.pools, self.pools, strict=True):
-            row = rows.get(spec.id)
-            wanted = row.endpoints if row is not None and row.endpoints else None
-            if (wanted or self._static[spec.id]) != pool.table.ids:
-                self.rebuild(self._policy, rows, now)
-                return
-        self._drain(rows, now)
-
-    def _drain(self, rows: Mapping[str, PoolRow], now: float) -> None:
-        for pool in self.pools:
-            row = rows.get(pool.pool_id)
-            pool.set_drained(row.drained if row is not None else frozenset(), now)
-
-    def _aligned(self, spec: PoolSpec, rows: Mapping[str, PoolRow] | None) -> PoolReplicas:
-        """The pool's replicas under the current settings. The same addresses keep their
-        object; otherwise known replicas carry their facts (in-flight counts too, so
-        releases still balance) and the chooser (prefix index, sessions) carries over."""
-        policy = self._policy
-        limit = policy.policy.health.replica_failures
-        timing = pool_timing(policy, spec)
-        affinity = policy.policy.models[spec.model].prefix_affinity
-        row = rows.get(spec.id) if rows is not None else None
-        old = self.by_id.get(spec.id)
-        new = PoolReplicas(spec, timing, affinity, limit, row.endpoints if row is not None else ())
-        if old is None:
-            return new
-        if old.table.ids == new.table.ids:
-            old.timing, old.prefix_affinity, old.limit = timing, affinity, limit
-            return old
-        known = {r.address: (i, r) for i, r in enumerate(old.replicas)}
-        for j, replica in enumerate(new.replicas):
-            found = known.pop(replica.address, None)
-            if found is not None:
-                i, facts = found
-                new.replicas[j] = facts
-                new.inflight[j] = old.inflight[i]
-                new.table.engine_queue[j] = old.table.engine_queue[i]
-                new.table.available[j] = old.table.available[i]
-        new.chooser = old.chooser
-        for address in known:
-            new.chooser.forget(address)
-        return new
-
-    def engine_load(self) -> list[float]:
-        """Per pool (policy order), requests its engines report running or waiting."""
-        return [p.engine_load() for p in self.pools]
-
-    def unusable(self) -> list[int]:
-        """Policy indices of pools with no usable replica (routed around like ejected)."""
-        return [i for i, p in enumerate(self.pools) if not p.table.available.any()]
 
 
 def prompt_text(payload: dict[str, object]) -> str:

@@ -153,6 +153,11 @@ def admin_router(gw: Gateway) -> APIRouter:
                     "prefix_cache_hit_rate": _opt(load.prefix_cache_hit_rate if load else None),
                     "has_metrics": r.has_metrics,
                     "scrape_age_s": _num(now - r.scraped_at) if r.scraped_at else None,
+                    "ttft_ms": _opt(r.ttft_ms),
+                    "tpot_ms": _opt(r.tpot_ms),
+                    "ejected_for_s": _num(r.out_until - now) if r.out_until > now else None,
+                    "ejected_reason": (r.last_error if r.ejected_until > now else r.shared_reason)
+                    or None,
                     "scrape_failures": r.scrape_failures,
                     "request_failures": r.request_failures,
                     "errors": r.errors,
@@ -164,13 +169,15 @@ def admin_router(gw: Gateway) -> APIRouter:
 
     @router.get("/dashboard/data")
     async def dashboard_data(request: Request) -> Response:
-        """What the live dashboard shows: pools, this replica's recent routing decisions
-        with their reasons, spend per provider and traffic per provider per second."""
+        """What the live dashboard shows: pools and each one's replicas (as this gateway
+        sees them), this replica's recent routing decisions with their reasons, spend per
+        provider and traffic per provider per second."""
         authorize(request)
         out, live = await pool_views()
         decisions = gw.forwarder.finisher.decisions if gw.forwarder else None
         body = {
             "pools": out,
+            "replicas": {p["id"]: replica_views(p["id"]) for p in out},
             "live": live,
             "decisions": decisions.recent(50) if decisions else [],
             "spend_usd_by_provider": decisions.spend_usd() if decisions else {},

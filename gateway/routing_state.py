@@ -14,7 +14,8 @@ import numpy as np
 
 from base.types import BoolArray, FloatArray
 from gateway.outlier import OutlierDetector
-from gateway.replicas import ReplicaPick, ReplicaSet
+from gateway.replica_set import ReplicaSet
+from gateway.replicas import ReplicaPick
 from gateway.retry_budget import RetryBudget
 from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
@@ -71,7 +72,7 @@ class RoutingState:
         readmitted since this replica blocked it is unblocked here too, and the
         replicas its node group reports now are the ones requests choose among."""
         self.snapshot = Snapshot.build(self.policy, rows, taken_at_s)
-        self.replicas.follow(rows, time.monotonic())
+        self.replicas.follow(rows, time.monotonic(), time.time())
         for pid in self.outlier.ejected_ids():
             row = rows.get(pid)
             if row is not None and row.state is PoolState.HEALTHY and row.health.readmitted_s:

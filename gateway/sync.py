@@ -2,8 +2,8 @@
 
 - ``refresh``: reads the live tables into a new snapshot every interval (≤ 250 ms), or
   at once when the events channel announces a change.
-- ``flush``: writes this replica's in-flight counts, observations and health changes in
-  one pipeline every interval.
+- ``flush``: writes this replica's in-flight counts, observations, health changes and
+  the engine replicas it ejected in one pipeline every interval.
 - ``listen``: the pub/sub subscription that wakes ``refresh``.
 
 When Redis is down each loop keeps going with backoff: routing continues from the last
@@ -133,10 +133,14 @@ class TableSync:
         demand = self.demand.take()
         inflight = dict(self.state.inflight)
         now = self.monotonic()
+        # The replica set's clock is time.monotonic, whatever the skipping rule's is.
+        mono, wall = time.monotonic(), time.time()
+        ejections = self.state.replicas.take_ejections(mono, wall)
         if (
             not pending
             and not records
             and not demand
+            and not ejections
             and inflight == self._flushed_inflight
             and now - self._flushed_at < self.replica_ttl_ms / 4000
         ):
@@ -146,6 +150,7 @@ class TableSync:
         def extra(pipe: Pipeline) -> None:
             self.access_tables.add_usage(pipe, records)
             self.demand_tables.add(pipe, demand)
+            self.tables.add_replica_ejections(pipe, ejections)
 
         try:
             await self.tables.flush(
@@ -154,7 +159,7 @@ class TableSync:
                 inflight=inflight,
                 inflight_ttl_ms=self.replica_ttl_ms,
                 observations=pending,
-                extra=extra if records or demand else None,
+                extra=extra if records or demand or ejections else None,
             )
         except TableError:
             # Observations are statistics: dropping a batch during an outage only makes
@@ -164,6 +169,7 @@ class TableSync:
             self.usage.give_back(records)
             # Demand too: dropping it would make an outage look like no demand at all.
             self.demand.give_back(demand)
+            self.state.replicas.give_back(ejections, mono, wall)
             raise
         self._flushed_inflight, self._flushed_at = inflight, now
 

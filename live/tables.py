@@ -7,6 +7,8 @@ Schema (all keys under ``{prefix}``, default ``sr:v1``):
     pool:{id}:tpot       list   recent TPOT samples, ms
     pool:{id}:replicas   hash   ready, target, endpoints (JSON list of URLs)  (fleet/autoscaler)
     pool:{id}:health     hash   router.health.HealthRecord, compare-and-set on version
+    pool:{id}:ejections  hash   replica base URL -> "<until unix ms> <reason>": replicas a
+                               gateway ejected for failed requests (expires whole)
     price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
                                [usd_per_hour, instance_type, purchase]
     inflight:{replica}   hash   pool id -> requests in flight on that gateway replica (TTL)
@@ -34,6 +36,7 @@ from redis.exceptions import RedisError
 
 from base.errors import TableError
 from live import table_scripts
+from live.replica_health import ReplicaEjection, parse_ejections
 from router.health import HealthRecord
 from router.snapshot import EWMA_ALPHA, PoolRow
 
@@ -230,6 +233,7 @@ class LiveTables:
             pipe.hgetall(self._pool(pid, "replicas"))
             pipe.hgetall(self._pool(pid, "health"))
             pipe.hgetall(self._price(pid))
+            pipe.hgetall(self._pool(pid, "ejections"))
         try:
             results = await _execute(pipe)
         except RedisError as exc:
@@ -238,11 +242,11 @@ class LiveTables:
         inflight = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
         rows: dict[str, PoolRow] = {}
         for n, pid in enumerate(ids):
-            stride = 6 if with_samples else 4
+            stride = 7 if with_samples else 5
             fields = [_decode(x) for x in results[1 + stride * n : 1 + stride * (n + 1)]]
             if not with_samples:
                 fields[1:1] = [[], []]
-            stats, ttft, tpot, replicas, health, price = fields
+            stats, ttft, tpot, replicas, health, price, ejections = fields
             assert isinstance(stats, dict) and isinstance(replicas, dict)
             assert isinstance(health, dict) and isinstance(price, dict)
             assert isinstance(ttft, list) and isinstance(tpot, list)
@@ -265,6 +269,7 @@ class LiveTables:
                 target_replicas=_f(replicas, "target"),
                 endpoints=_endpoints(replicas.get("endpoints")),
                 drained=frozenset(k[len(_DRAINED) :] for k in replicas if k.startswith(_DRAINED)),
+                ejected=parse_ejections(ejections),
                 health=HealthRecord.from_fields(health),
                 usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
                 price_source=price.get("source", ""),
@@ -325,6 +330,19 @@ class LiveTables:
             await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"replica drain write failed: {exc}") from exc
+
+    def add_replica_ejections(self, pipe: Pipeline, ejections: Sequence[ReplicaEjection]) -> None:
+        """Queue on ``pipe`` (the gateway's flush) the replicas this gateway ejected, so
+        every gateway leaves them out until ``until_s``. The last writer of a replica wins;
+        each hash expires whole once its latest ejection is over, so nothing accumulates."""
+        for e in ejections:
+            key = self._pool(e.pool_id, "ejections")
+            pipe.hset(key, e.address, e.field_value())
+            # A hash without a TTL counts as never expiring for GT: give it one first.
+            pipe.expire(key, 1, nx=True)
+            pipe.pexpireat(key, int(e.until_s * 1000) + 1000, gt=True)
+        if ejections:
+            pipe.publish(self.events_channel, "ejections")  # gateways refresh at once
 
     async def read_health(self, pool_id: str) -> HealthRecord:
         """A pool's shared health record (the default HEALTHY record if none)."""
@@ -388,7 +406,10 @@ class LiveTables:
         """Forget every live value of a pool (tests, and pools removed from the policy)."""
         try:
             await self.redis.delete(
-                *(self._pool(pool_id, t) for t in ("stats", "ttft", "tpot", "replicas", "health")),
+                *(
+                    self._pool(pool_id, t)
+                    for t in ("stats", "ttft", "tpot", "replicas", "health", "ejections")
+                ),
                 self._price(pool_id),
             )
         except RedisError as exc:

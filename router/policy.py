@@ -124,6 +124,25 @@ class ScalingSpec(_Strict):
     engine_port: int = Field(default=8000, ge=1, le=65535)
 
 
+class DnsDiscovery(_Strict):
+    """A pool's replicas from DNS, resolved again every ``interval_s`` (a Kubernetes
+    headless Service lists one record per ready pod).
+
+    ``record`` ``A``: the addresses of ``name`` (A and AAAA), each reached on ``port``;
+    ``SRV``: each record's target and port. ``nameserver`` (``host`` or ``host:port``)
+    replaces the system's resolvers (``/etc/resolv.conf``). While the name resolves to
+    nothing the pool's static ``endpoints`` apply.
+    """
+
+    name: str = Field(min_length=1)
+    record: Literal["A", "SRV"] = "A"
+    port: int = Field(default=8000, ge=1, le=65535)
+    scheme: Literal["http", "https"] = "http"
+    interval_s: float = Field(default=2.0, gt=0)
+    timeout_s: float = Field(default=1.0, gt=0)
+    nameserver: str | None = None
+
+
 class PoolSpec(_Strict):
     """One group of identical GPU replicas for one model in one provider and region."""
 
@@ -139,6 +158,8 @@ class PoolSpec(_Strict):
     goodput: GoodputProfile
     replicas: ReplicaBounds = ReplicaBounds()
     scaling: ScalingSpec | None = None
+    # Replicas discovered from DNS instead of the static ``endpoints`` (their fallback).
+    dns: DnsDiscovery | None = None
     # The engine answers ``n > 1`` itself (vLLM, SGLang: the choices share one prefill).
     # False for engines that answer one choice per request (TGI, the simulated engine):
     # the gateway then fans ``n`` out as ``n`` requests and merges the answers.

@@ -47,6 +47,9 @@ class PoolRow:
     endpoints: tuple[str, ...] = ()
     # Replicas an operator drained (``skyroute replica drain``): no new requests.
     drained: frozenset[str] = frozenset()
+    # Replicas a gateway ejected for failed requests, shared with all gateways:
+    # base URL -> (until unix s, reason) (``live.replica_health``).
+    ejected: Mapping[str, tuple[float, str]] = field(default_factory=dict)
     health: HealthRecord = field(default_factory=HealthRecord)
 
     @property

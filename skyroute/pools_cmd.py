@@ -38,18 +38,20 @@ def render_pools(pools: list[dict[str, Any]]) -> str:
 
 def render_replicas(replicas: list[dict[str, Any]]) -> str:
     """One pool's replicas (``GET /admin/pools/{id}``), indented under its row: engine
-    running/waiting and KV-cache use from the last scrape, its age, failures, errors."""
+    running/waiting and KV-cache use from the last scrape, its age, recent TTFT and TPOT
+    (ms), failures, errors."""
     lines = [
-        f"    {'replica':<32} {'state':<14} {'infl':>5} {'run':>5} {'wait':>5} {'kv%':>5} "
-        f"{'age_s':>6} {'fails':>5} {'errors':>6} {'served':>7}"
+        f"    {'replica':<32} {'state':<17} {'infl':>5} {'run':>5} {'wait':>5} {'kv%':>5} "
+        f"{'ttft':>6} {'tpot':>6} {'age_s':>6} {'fails':>5} {'errors':>6} {'served':>7}"
     ]
     for r in replicas:
         kv = r["kv_cache_usage"] * 100 if r["kv_cache_usage"] is not None else None
         fails = max(r["scrape_failures"], r["request_failures"])
         lines.append(
-            f"    {r['address']:<32} {r['state']:<14} {r['inflight']:>5.0f} "
+            f"    {r['address']:<32} {r['state']:<17} {r['inflight']:>5.0f} "
             f"{cell(r['engine_running'], '>5.0f')} {cell(r['engine_waiting'], '>5.0f')} "
-            f"{cell(kv, '>5.0f')} {cell(r['scrape_age_s'], '>6.1f')} {fails:>5} "
+            f"{cell(kv, '>5.0f')} {cell(r.get('ttft_ms'), '>6.0f')} "
+            f"{cell(r.get('tpot_ms'), '>6.1f')} {cell(r['scrape_age_s'], '>6.1f')} {fails:>5} "
             f"{r['errors']:>6} {r['served']:>7}"
         )
     return "\n".join(lines)

@@ -208,6 +208,28 @@ def run_chromium(command: list[str]) -> str:
     return stdout
 
 
+def test_dashboard_data_has_every_pools_replicas_with_their_state_and_load(
+    gateway: Gateway,
+) -> None:
+    pool_ids = [p["id"] for p in gateway.admin("GET", "/admin/pools").json()["pools"]]
+    body = httpx.post(
+        f"{gateway.base}/v1/chat/completions",
+        json={"model": CHAT, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=30,
+    )
+    assert body.status_code == 200
+    served_by = body.headers["x-skyroute-pool"]
+    data = gateway.admin("GET", "/admin/dashboard/data").json()
+    assert sorted(data["replicas"]) == sorted(pool_ids)
+    fields = {"address", "state", "inflight", "engine_running", "engine_waiting",
+              "kv_cache_usage", "ttft_ms", "tpot_ms", "errors", "served"}  # fmt: skip
+    for replicas in data["replicas"].values():
+        assert replicas and all(fields <= set(r) for r in replicas)
+    served = [r for r in data["replicas"][served_by] if r["served"]]
+    assert len(served) == 1 and served[0]["state"] == "ready"
+
+
 def test_dashboard_in_chromium_shows_every_pool_and_live_decisions(
     gateway: Gateway, chromium: list[str]
 ) -> None:
@@ -231,13 +253,20 @@ def test_dashboard_in_chromium_shows_every_pool_and_live_decisions(
     assert traffic.ok > 0
     assert traffic.failed == 0
 
-    page = _Elements({"pools", "decisions", "spend", "traffic", "status"})
+    page = _Elements({"pools", "replicas", "decisions", "spend", "traffic", "status"})
     page.feed(dom)
     assert int(page.attrs["body"].get("data-polls", "0")) >= 2, "the page did not poll repeatedly"
     assert "".join(page.text["status"]).startswith("live")
     assert [row["data-pool"] for row in page.rows["pools"]] == pool_ids
     states = {row["data-pool"]: row["data-state"] for row in page.rows["pools"]}
     assert states["gcp:us-central1:cheap"] == "draining"
+    replicas = [row for row in page.rows["replicas"] if row.get("data-replica")]
+    assert {row["data-pool"] for row in replicas} == set(pool_ids)
+    assert all(row["data-state"] == "ready" for row in replicas)
+    # The replicas that served show it, with their measured TTFT and the engine's KV use.
+    serving = [row for row in replicas if row["td.num served"] not in ("0", "–")]
+    assert serving and any(row["td.num ttft"] != "–" for row in serving)
+    assert all(row["td.kv"].endswith("%") for row in serving)
     decisions = [row for row in page.rows["decisions"] if row.get("data-pool")]
     assert decisions, "no routing decision shown"
     assert {row["data-pool"] for row in decisions} <= set(pool_ids)

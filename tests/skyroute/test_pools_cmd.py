@@ -55,3 +55,10 @@ def test_replica_rows_show_state_engine_load_kv_use_and_failures() -> None:
     for text in ("http://10.0.0.7:8000", "scrape_failing", " 12 ", " 81 ", "3.2", " 17"):
         assert text in row[1], text
     assert " - " in row[2]  # not scraped yet
+
+
+def test_replica_rows_show_recent_ttft_and_tpot_and_another_gateways_ejection() -> None:
+    replica = {**REPLICA, "state": "ejected_elsewhere", "ttft_ms": 412.4, "tpot_ms": 31.25}
+    row = render_replicas([replica, REPLICA]).splitlines()
+    assert "ejected_elsewhere " in row[1] and "   412 " in row[1] and "  31.2 " in row[1]
+    assert row[0].index("ttft") < row[0].index("tpot") < row[0].index("age_s")

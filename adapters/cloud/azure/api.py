@@ -18,6 +18,7 @@ from typing import Any, cast
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.core.polling import LROPoller
+from azure.core.rest import HttpRequest
 from azure.identity import DefaultAzureCredential
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import (
@@ -84,6 +85,23 @@ def _boundary(action: str) -> Iterator[None]:
         raise AdapterError(f"azure {action}: {exc}") from exc
 
 
+# The Microsoft.Network API version of the scale-set network interface list.
+_NETWORK_API = "2018-10-01"
+
+
+def _nic_address(nic: Any) -> tuple[str, str]:
+    """(instance id, private IP) of one network interface of the list (a VM's primary
+    NIC, its primary IP configuration); empty strings when it has none."""
+    props = nic.get("properties", {}) if isinstance(nic, dict) else {}
+    if props.get("primary") is False:
+        return "", ""
+    vm_id = str(props.get("virtualMachine", {}).get("id", "")).rstrip("/").rsplit("/", 1)[-1]
+    configs = props.get("ipConfigurations", [])
+    primary = [c for c in configs if c.get("properties", {}).get("primary", True)] or configs
+    ip = primary[0].get("properties", {}).get("privateIPAddress", "") if primary else ""
+    return vm_id, str(ip or "")
+
+
 @dataclass(frozen=True, slots=True)
 class ScaleSetVm:
     """One VM of a scale set: its instance id and provisioning state."""
@@ -99,6 +117,7 @@ class ScaleSetApi:
         self, settings: AzureSettings, subscription: str, resource_group: str, name: str
     ) -> None:
         self._settings = settings
+        self._subscription = subscription
         self._group = resource_group
         self._name = name
         self._owned_credential: DefaultAzureCredential | None = None
@@ -137,6 +156,29 @@ class ScaleSetApi:
                 )
                 for vm in self._client.virtual_machine_scale_set_vms.list(self._group, self._name)
             ]
+
+    def private_addresses(self) -> dict[str, str]:
+        """The private IP of each VM's primary NIC, by instance id (VMs without one are
+        left out): ARM's list of the scale set's network interfaces, all pages (served
+        by the network provider under the scale set's path; sent through the compute
+        client's pipeline, its credential and retries, with no network SDK)."""
+        url = (
+            f"/subscriptions/{self._subscription}/resourceGroups/{self._group}/providers"
+            f"/Microsoft.Compute/virtualMachineScaleSets/{self._name}/networkInterfaces"
+            f"?api-version={_NETWORK_API}"
+        )
+        out: dict[str, str] = {}
+        with _boundary(f"list network interfaces of {self.where}"):
+            while url:
+                response = self._client.send_request(HttpRequest("GET", url))
+                response.raise_for_status()
+                page = response.json()
+                for nic in page.get("value", []):
+                    vm_id, ip = _nic_address(nic)
+                    if vm_id and ip:
+                        out[vm_id] = ip
+                url = page.get("nextLink") or ""
+        return out
 
     def set_capacity(self, capacity: int) -> None:
         """PATCH ``sku.capacity`` (keeping the SKU's name and tier) and wait."""

@@ -37,9 +37,14 @@ class ScaleSetManager(GroupManager):
         self._api = api
 
     def _load(self) -> GroupState:
+        """The capacity and the VMs; running ones carry their primary private IP."""
         capacity = self._api.capacity()
+        found = [(vm.instance_id, node_status(vm.provisioning_state)) for vm in self._api.vms()]
+        running = any(status is NodeStatus.RUNNING for _, status in found)
+        addresses = self._api.private_addresses() if running else {}
         nodes = tuple(
-            Node(vm.instance_id, node_status(vm.provisioning_state)) for vm in self._api.vms()
+            Node(i, status, address=addresses.get(i) if status is NodeStatus.RUNNING else None)
+            for i, status in found
         )
         return GroupState(capacity, nodes)
 

@@ -1,7 +1,8 @@
 """Thin wrapper over google-cloud-compute's managed-instance-group clients; the GCP boundary.
 
 Zonal groups use ``InstanceGroupManagersClient`` and ``ZoneOperationsClient``, regional
-ones the ``Region*`` pair, all on the REST transport and the endpoint in ``GcpSettings``.
+ones the ``Region*`` pair, all on the REST transport and the endpoint in ``GcpSettings``;
+the instances' internal addresses come from ``InstancesClient.list`` per zone.
 Writes call the ``*_unary`` methods and wait on the returned operation through *our*
 operations client: ``ExtendedOperation.result()`` would poll through an operations client
 the library builds itself, on the default endpoint, whatever ``api_endpoint`` says.
@@ -91,6 +92,7 @@ class MigApi(ABC):
         self._settings = settings
         self._project = project
         self._name = name
+        self._instances: compute_v1.InstancesClient | None = None
 
     @property
     def where(self) -> str:
@@ -129,6 +131,31 @@ class MigApi(ABC):
         """Every instance of the group, all pages."""
         with _boundary(f"listManagedInstances {self.where}"):
             return list(self._list())
+
+    def instance_addresses(self, zones: Iterable[str]) -> dict[str, str]:
+        """The internal IP (first network interface's ``networkIP``) of every instance
+        in ``zones``, by instance name; instances without one are left out. One paged
+        ``instances.list`` per zone."""
+        out: dict[str, str] = {}
+        for zone in sorted(set(zones)):
+            with _boundary(f"list instances in {self._project}/{zone}"):
+                if self._instances is None:
+                    creds, opts = _auth(self._settings)
+                    self._instances = compute_v1.InstancesClient(
+                        credentials=creds, client_options=opts, transport="rest"
+                    )
+                listed = self._instances.list(
+                    project=self._project, zone=zone, timeout=self._settings.timeout_s
+                )
+                for instance in listed:
+                    nics = list(instance.network_interfaces)
+                    if nics and nics[0].network_i_p:
+                        out[instance.name] = nics[0].network_i_p
+        return out
+
+    def _close_instances(self) -> None:
+        if self._instances is not None:
+            self._instances.transport.close()  # type: ignore[no-untyped-call]
 
     def resize(self, size: int) -> None:
         """Set ``targetSize`` and wait until the operation is done."""
@@ -227,6 +254,7 @@ class ZonalMigApi(MigApi):
     def close(self) -> None:
         self._igm.transport.close()  # type: ignore[no-untyped-call]
         self._ops.transport.close()  # type: ignore[no-untyped-call]
+        self._close_instances()
 
 
 class RegionalMigApi(MigApi):
@@ -296,3 +324,4 @@ class RegionalMigApi(MigApi):
     def close(self) -> None:
         self._igm.transport.close()  # type: ignore[no-untyped-call]
         self._ops.transport.close()  # type: ignore[no-untyped-call]
+        self._close_instances()

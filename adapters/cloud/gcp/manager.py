@@ -57,12 +57,27 @@ class MigManager(GroupManager):
         self._api = api
 
     def _load(self) -> GroupState:
+        """The target and the instances; running ones carry their internal IP (one
+        ``instances.list`` per zone they are in)."""
         target = self._api.target_size()
-        nodes = []
-        for instance in self._api.managed_instances():
-            status, error = node_status(instance)
-            nodes.append(Node(node_id(instance.instance), status, error=error))
-        return GroupState(target, tuple(nodes))
+        found = [(node_id(i.instance), *node_status(i)) for i in self._api.managed_instances()]
+        running = [n for n, status, _ in found if status is NodeStatus.RUNNING]
+        # node ids are projects/P/zones/Z/instances/NAME
+        addresses = (
+            self._api.instance_addresses(n.split("/")[3] for n in running) if running else {}
+        )
+        nodes = tuple(
+            Node(
+                n,
+                status,
+                error=error,
+                address=addresses.get(n.rsplit("/", 1)[-1])
+                if status is NodeStatus.RUNNING
+                else None,
+            )
+            for n, status, error in found
+        )
+        return GroupState(target, nodes)
 
     def _write_target(self, target: int) -> None:
         self._api.resize(target)

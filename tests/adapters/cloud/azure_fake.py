@@ -1,7 +1,8 @@
 """A local HTTPS fake of the ARM paths of VM scale sets, with Azure-style long-running ops.
 
 ``.../virtualMachineScaleSets/{name}`` GET, PATCH and PUT (``sku.capacity``),
-``/virtualMachines`` GET (paged by ``nextLink``) and ``/delete`` POST
+``/virtualMachines`` GET (paged by ``nextLink``), ``/networkInterfaces`` GET (each VM's
+primary NIC and its private IP, paged) and ``/delete`` POST
 (``{"instanceIds": [...]}``). Writes answer with an ``Azure-AsyncOperation`` (and, for
 POST, ``Location``) header; the operation is InProgress on its first poll and finished on
 the next. Every request must carry the test bearer token. Injectable failures: throttle
@@ -21,7 +22,7 @@ from tests.adapters.cloud.httpfake import LocalServer, Request, Response, json_r
 TOKEN = "skyroute-test-token"
 _VMSS = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute"
-    r"/virtualMachineScaleSets/(?P<name>[^/]+?)(?:/(?P<verb>virtualMachines|delete))?$"
+    r"/virtualMachineScaleSets/(?P<name>[^/]+?)(?:/(?P<verb>virtualMachines|networkInterfaces|delete))?$"
 )
 _OP = re.compile(r"^/fake-operations/(?P<op>\d+)(?P<result>/result)?$")
 _PAGE = 3
@@ -111,6 +112,8 @@ class AzureFake:
         scale_set = self._sets[key]
         if verb == "virtualMachines" and req.method == "GET":
             return self._list(req, key, scale_set)
+        if verb == "networkInterfaces" and req.method == "GET":
+            return self._nics(req, key, scale_set)
         if verb is None and req.method == "GET":
             return json_response(200, self._body(key, scale_set, "Succeeded"))
         write = (verb is None and req.method in ("PATCH", "PUT")) or (
@@ -170,6 +173,27 @@ class AzureFake:
             {"id": f"{resource}/virtualMachines/{i}", "instanceId": i, "name": f"{key[2]}_{i}",
              "location": "eastus", "properties": {"provisioningState": state}}
             for i, state in list(scale_set.vms.items())[start : start + _PAGE]
+        ]  # fmt: skip
+        body: dict[str, object] = {"value": items}
+        if start + _PAGE < len(scale_set.vms):
+            body["nextLink"] = (
+                f"https://{req.headers['host']}{req.path}?api-version=x&$skiptoken={start + _PAGE}"
+            )
+        return json_response(200, body)
+
+    def _nics(self, req: Request, key: Key, scale_set: _ScaleSet) -> Response:
+        start = int(req.param("$skiptoken") or 0)
+        resource = self._resource_id(key)
+        items = [
+            {"id": f"{resource}/virtualMachines/{i}/networkInterfaces/nic0", "name": "nic0",
+             "properties": {
+                 "primary": True,
+                 "virtualMachine": {"id": f"{resource}/virtualMachines/{i}"},
+                 "ipConfigurations": [{"name": "ipconfig1", "properties": {
+                     "primary": True, "privateIPAddress": f"10.0.{int(i) // 250}.{int(i) % 250 + 4}",
+                 }}],
+             }}
+            for i in list(scale_set.vms)[start : start + _PAGE]
         ]  # fmt: skip
         body: dict[str, object] = {"value": items}
         if start + _PAGE < len(scale_set.vms):

@@ -2,7 +2,8 @@
 
 Speaks the real v1 paths (zonal and regional): ``instanceGroupManagers/{name}`` GET,
 ``/resize`` (``?size=``), ``/deleteInstances`` (``{"instances": [...]}``),
-``/listManagedInstances`` (paged by ``pageToken``), and ``operations/{op}`` GET and
+``/listManagedInstances`` (paged by ``pageToken``), ``zones/{zone}/instances`` GET (each
+instance's ``networkInterfaces[].networkIP``, paged), and ``operations/{op}`` GET and
 ``/wait``. A write returns a RUNNING operation that is DONE when polled. Failures can be
 injected, by default into the next write: quota (403 ``quotaExceeded``), throttle (429 ``rateLimitExceeded``) and
 stockout (the operation ends with ``ZONE_RESOURCE_POOL_EXHAUSTED``).
@@ -27,6 +28,9 @@ _OP = re.compile(
     r"/operations/(?P<op>[^/]+?)(?P<wait>/wait)?$"
 )
 # deleteInstances takes full URLs or partial ones from zones/ on.
+_INSTANCES = re.compile(
+    r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances$"
+)
 _INSTANCE = re.compile(
     r"^(?:https://[^/]+/compute/v1/projects/[^/]+/)?zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$"
 )
@@ -43,6 +47,7 @@ class _Instance:
     action: str = "NONE"
     status: str = "RUNNING"
     error: str | None = None
+    ip: str = ""
 
 
 @dataclass
@@ -107,7 +112,7 @@ class GcpFake:
         zones = [loc] if scope == "zones" else [f"{loc}-a", f"{loc}-b", f"{loc}-c"]
         while len(mig.instances) < mig.target:
             n = next(self._seq)
-            instance = _Instance(zones[n % len(zones)])
+            instance = _Instance(zones[n % len(zones)], ip=f"10.128.{n // 256}.{n % 256}")
             if mig.stockout_creates:
                 instance = _Instance(instance.zone, "CREATING", "", _STOCKOUT)
             mig.instances[f"{name}-{n:04x}"] = instance
@@ -121,6 +126,8 @@ class GcpFake:
                 return self._igm(req, key, m["verb"])
             if m := _OP.match(req.path):
                 return self._operation(m["op"], bool(m["wait"]))
+            if (m := _INSTANCES.match(req.path)) and req.method == "GET":
+                return self._instances(m["project"], m["zone"], int(req.param("pageToken") or 0))
             return _error(404, "notFound", f"no route {req.method} {req.path}")
 
     def _igm(self, req: Request, key: Key, verb: str | None) -> Response:
@@ -184,6 +191,25 @@ class GcpFake:
         ]  # fmt: skip
         body: dict[str, object] = {"managedInstances": items}
         if start + _PAGE < len(mig.instances):
+            body["nextPageToken"] = str(start + _PAGE)
+        return json_response(200, body)
+
+    def _instances(self, project: str, zone: str, start: int) -> Response:
+        every = [
+            (name, i)
+            for (p, _, _, _), mig in self._migs.items()
+            if p == project
+            for name, i in mig.instances.items()
+            if i.zone == zone and i.status
+        ]
+        items = [
+            {"kind": "compute#instance", "name": name, "status": i.status,
+             "zone": f"{_BASE}/projects/{project}/zones/{zone}",
+             "networkInterfaces": [{"name": "nic0", "networkIP": i.ip}]}
+            for name, i in every[start : start + _PAGE]
+        ]  # fmt: skip
+        body: dict[str, object] = {"kind": "compute#instanceList", "items": items}
+        if start + _PAGE < len(every):
             body["nextPageToken"] = str(start + _PAGE)
         return json_response(200, body)
 

@@ -175,3 +175,18 @@ def test_close_is_idempotent(harness: Harness) -> None:
     group = harness.group(1)
     group.close()
     group.close()
+
+
+# The local provider's nodes carry their engines' URLs once ready (test_local.py).
+@pytest.mark.parametrize("harness", ["aws", "gcp-zonal", "gcp-regional", "azure"], indirect=True)
+def test_running_nodes_carry_distinct_addresses_the_engine_url_is_built_from(
+    harness: Harness,
+) -> None:
+    # Four nodes: more than one page of every fake's listings (three per page).
+    nodes = [n for n in harness.group(4).nodes() if n.status is NodeStatus.RUNNING]
+    urls = [n.url(8000) for n in nodes]
+    assert len(nodes) == 4 and None not in urls and len(set(urls)) == 4
+    for node, url in zip(nodes, urls, strict=True):
+        assert url == (
+            node.address if "://" in (node.address or "") else f"http://{node.address}:8000"
+        )
