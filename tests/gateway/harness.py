@@ -145,6 +145,24 @@ class Gateway:
     def logs(self) -> str:
         return self.log.read_text() if self.log and self.log.exists() else ""
 
+    def chat_status(self, text: str, model: str = "chat-model") -> int:
+        """The HTTP status of one short chat request."""
+        resp = httpx.post(
+            f"{self.base}/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": text}],
+                  "max_tokens": 4},
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            timeout=30,
+        )  # fmt: skip
+        return resp.status_code
+
+    def replicas(self, pool_id: str) -> list[dict[str, Any]]:
+        """The replicas of one pool as ``GET /admin/pools/{id}`` shows them."""
+        resp = self.admin("GET", f"/admin/pools/{pool_id}")
+        resp.raise_for_status()
+        replicas: list[dict[str, Any]] = resp.json()["replicas"]
+        return replicas
+
 
 def pool(
     pool_id: str,

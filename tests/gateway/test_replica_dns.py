@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
@@ -18,7 +17,6 @@ from router.compiled import CompiledPolicy, compile_policy
 from router.policy_loader import parse_policy
 from tests.adapters.upstream.dns_server import LocalDns
 from tests.gateway.harness import (
-    API_KEY,
     Engine,
     Gateway,
     policy_doc,
@@ -128,23 +126,6 @@ def test_a_dns_server_that_stops_answering_changes_nothing(server: LocalDns) -> 
 # -- a real gateway --------------------------------------------------------------------
 
 
-def _chat(gw: Gateway, text: str) -> int:
-    resp = httpx.post(
-        f"{gw.base}/v1/chat/completions",
-        json={"model": "chat-model", "messages": [{"role": "user", "content": text}],
-              "max_tokens": 4},
-        headers={"Authorization": f"Bearer {API_KEY}"},
-        timeout=30,
-    )  # fmt: skip
-    return resp.status_code
-
-
-def _addresses(gw: Gateway) -> list[str]:
-    resp = gw.admin("GET", f"/admin/pools/{POOL}")
-    resp.raise_for_status()
-    return [r["address"] for r in resp.json()["replicas"]]
-
-
 def test_a_gateway_takes_replicas_that_join_and_leaves_those_removed_from_dns(
     tmp_path: Path, redis_url: str, server: LocalDns
 ) -> None:
@@ -164,13 +145,16 @@ def test_a_gateway_takes_replicas_that_join_and_leaves_those_removed_from_dns(
         doc = policy_doc([spec], ["chat-model"], deadline_floor_ms=500)
         gw = Gateway(write_policy(tmp_path / "policy.yaml", doc), redis_url, unique_prefix())
         gw.start()
-        assert _addresses(gw) == [first.url]
+        assert [r["address"] for r in gw.replicas(POOL)] == [first.url]
         server.set(NAME, "SRV", [f"0 0 {e.port} e{e.port}.skyroute.test." for e in engines])
-        wait_for(lambda: sorted(_addresses(gw)) == sorted(e.url for e in engines),
+        wait_for(lambda: sorted([r["address"] for r in gw.replicas(POOL)]) == sorted(e.url for e in engines),
                  "the new replica to join")  # fmt: skip
         server.set(NAME, "SRV", [f"0 0 {second.port} e{second.port}.skyroute.test."])
-        wait_for(lambda: _addresses(gw) == [second.url], "the removed replica to leave")
-        assert [_chat(gw, f"q {i}") for i in range(4)] == [200] * 4
+        wait_for(
+            lambda: [r["address"] for r in gw.replicas(POOL)] == [second.url],
+            "the removed replica to leave",
+        )
+        assert [gw.chat_status(f"q {i}") for i in range(4)] == [200] * 4
         served = gw.admin("GET", f"/admin/pools/{POOL}").json()["replicas"][0]["served"]
         assert served == 4
     finally:

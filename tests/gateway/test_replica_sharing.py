@@ -10,7 +10,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 from redis.asyncio import Redis
 
@@ -18,7 +17,6 @@ from gateway.routing_state import RoutingState
 from live.replica_health import ReplicaEjection, parse_ejections
 from live.tables import LiveTables
 from tests.gateway.harness import (
-    API_KEY,
     Engine,
     Gateway,
     policy_doc,
@@ -105,23 +103,6 @@ def test_an_ejection_written_by_one_gateways_flush_reaches_anothers_snapshot(
 # -- two gateway processes -------------------------------------------------------------
 
 
-def _chat(gw: Gateway, user: str) -> int:
-    resp = httpx.post(
-        f"{gw.base}/v1/chat/completions",
-        json={"model": "chat-model", "messages": [{"role": "user", "content": user}],
-              "max_tokens": 4},
-        headers={"Authorization": f"Bearer {API_KEY}"},
-        timeout=30,
-    )  # fmt: skip
-    return resp.status_code
-
-
-def _states(gw: Gateway) -> list[str]:
-    resp = gw.admin("GET", f"/admin/pools/{POOL}")
-    resp.raise_for_status()
-    return [r["state"] for r in resp.json()["replicas"]]
-
-
 @pytest.fixture
 def engines() -> list[Engine]:
     return [Engine("a10g-llama-3.1-8b", "upstream-chat", 0.05, seed=i) for i in (1, 2)]
@@ -144,13 +125,16 @@ def test_a_replica_one_gateway_ejected_gets_no_requests_from_the_other(
         started += [a, b]
         failing = engines[0]
         failing.set_faults(fail_rate=1.0, fail_status=503)
-        assert [_chat(a, f"question {i}") for i in range(8)] == [200] * 8
-        assert _states(a)[0] == "ejected"
-        wait_for(lambda: _states(b)[0] == "ejected_elsewhere", "gateway b to see the ejection")
+        assert [a.chat_status(f"question {i}") for i in range(8)] == [200] * 8
+        assert a.replicas(POOL)[0]["state"] == "ejected"
+        wait_for(
+            lambda: b.replicas(POOL)[0]["state"] == "ejected_elsewhere",
+            "gateway b to see the ejection",
+        )
         with ThreadPoolExecutor(6) as workers:
-            statuses = list(workers.map(lambda i: _chat(b, f"from b {i}"), range(6)))
+            statuses = list(workers.map(lambda i: b.chat_status(f"from b {i}"), range(6)))
         assert statuses == [200] * 6
-        replicas = b.admin("GET", f"/admin/pools/{POOL}").json()["replicas"]
+        replicas = b.replicas(POOL)
         # b never tried the failing replica: no error there, every answer from the other.
         assert (replicas[0]["errors"], replicas[1]["served"]) == (0, 6)
     finally:
