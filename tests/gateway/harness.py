@@ -123,7 +123,12 @@ class Gateway:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        wait_until(f"{self.base}/readyz")
+        try:
+            # Generous: on a loaded 2-core machine a start-up can take tens of seconds.
+            wait_until(f"{self.base}/readyz", timeout_s=60.0)
+        except TimeoutError:
+            self.stop()  # never leak a process that did not come up
+            raise
         return self
 
     def stop(self) -> int | None:

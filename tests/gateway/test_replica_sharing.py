@@ -121,8 +121,9 @@ def test_a_replica_one_gateway_ejected_gets_no_requests_from_the_other(
                          deadline_floor_ms=500)  # fmt: skip
         path = write_policy(tmp_path / "policy.yaml", doc)
         prefix = unique_prefix()
-        a, b = (Gateway(path, redis_url, prefix).start() for _ in range(2))
-        started += [a, b]
+        for _ in range(2):
+            started.append(Gateway(path, redis_url, prefix).start())
+        a, b = started
         failing = engines[0]
         failing.set_faults(fail_rate=1.0, fail_status=503)
         assert [a.chat_status(f"question {i}") for i in range(8)] == [200] * 8
