@@ -43,7 +43,7 @@ from router.policy import Policy, PoolSpec
 from simengine.perf_model import profile_name
 from skyroute.context import Context, context_path, write_context
 from skyroute.demo_run import PRICE_FILE, demo_price_rows, run_policy_text
-from skyroute.demo_sidecars import DEMAND_BUCKET_S, sidecars
+from skyroute.demo_sidecars import DEMAND_BUCKET_S, FAST_AUTOSCALE, sidecars
 from skyroute.embedded_redis import free_port
 from skyroute.serve import redis_for, run_gateway
 
@@ -215,6 +215,7 @@ def run_demo(
                     api_key_file=str(run_dir / "api-key"),
                     redis_url=live.redis_url, redis_prefix=live.redis_prefix,
                     policy=str(policy_file),
+                    cloud_adapter_for=json.loads(FAST_AUTOSCALE["SKYROUTE_CLOUD_ADAPTER_FOR"]),
                 )  # fmt: skip
                 ctx_file = write_context(context, admin, api_key=api_key)
                 _banner(policy, live, base, api_key, admin, ctx_file, run_dir)

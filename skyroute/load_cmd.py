@@ -1,11 +1,12 @@
 """``skyroute load``: drive one bounded burst at a gateway and report how its pools scale.
 
-Three phases, all bounded: ``--warmup-s`` of baseline traffic (``--baseline-rps``
+Phases, all bounded: ``--warmup-s`` of baseline traffic (``--baseline-rps`` short
 requests per second), ``--burst-s`` with ``--concurrency`` more clients sending back to
-back, then baseline traffic again until every pool that grew is back to its size
-before the burst, or ``--cooldown-s`` have passed. The baseline keeps the demand series
-alive after the burst: the autoscaler reads a burst followed by silence as missing
-telemetry and would hold the burst's size.
+back, ``--tail-s`` of baseline again, then quiet while watching until every pool that
+grew is back to its size before the burst, or ``--cooldown-s`` after the burst have
+passed. The tail matters: the autoscaler reads windows with no request right after busy
+ones as missing telemetry (``autoscaler.gaps``) and would hold the burst's size; after
+a few quiet baseline windows it believes the silence.
 
 The gateway, API key and admin credential come from the CLI context (``skyroute
 demo`` writes it) or the ``SKYROUTE_*`` variables. Without an admin credential the
@@ -183,8 +184,10 @@ async def _drive(args: argparse.Namespace, url: str, key: str, admin_key: str | 
             workers = [_burst(client, body, until, run) for _ in range(args.concurrency)]
             await asyncio.gather(watch(until), *workers)
             run.burst_end = time.monotonic()
-            _say(run, f"burst over; baseline until the pools shrink (<= {args.cooldown_s:g} s)",
-                 quiet)  # fmt: skip
+            _say(run, f"burst over; baseline for {args.tail_s:g} s, then quiet until the pools "
+                 f"shrink (<= {args.cooldown_s:g} s after the burst)", quiet)  # fmt: skip
+            await watch(run.burst_end + args.tail_s)
+            stop.set()
             if watching and run.grown():
                 await watch(run.burst_end + args.cooldown_s)
         finally:
@@ -254,8 +257,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--concurrency", type=int, default=16, help="clients in the burst")
     p.add_argument("--burst-s", type=float, default=60.0, help="burst length, s")
     p.add_argument("--warmup-s", type=float, default=15.0, help="baseline before the burst, s")
+    p.add_argument("--tail-s", type=float, default=20.0, help="baseline after the burst, s")
     p.add_argument(
-        "--cooldown-s", type=float, default=180.0, help="most baseline after the burst, s"
+        "--cooldown-s",
+        type=float,
+        default=180.0,
+        help="longest wait after the burst for the pools to shrink, s",
     )
     p.add_argument("--baseline-rps", type=float, default=1.0, help="baseline requests per s")
     p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of a burst request")
