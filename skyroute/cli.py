@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -58,6 +59,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not args.policy and "policy" not in settings.model_fields_set:
         settings = settings.model_copy(update={"policy": demo_policy_path()})
     logs.configure(settings.log_level, json=False)
+    if args.load:
+        # One access-log line per request would bury the burst's timeline in the terminal.
+        logging.getLogger("skyroute.access").setLevel(logging.WARNING)
     run_demo(settings, time_scale=args.time_scale, load=[] if args.load else None)
     return 0
 
