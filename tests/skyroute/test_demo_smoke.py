@@ -139,17 +139,28 @@ def test_subcommand_works_from_the_demo_context_alone(demo: Demo, words: list[st
     assert result.stdout.strip()
 
 
-def test_tenant_lifecycle_from_the_demo_context_alone(demo: Demo) -> None:
-    for words in (
-        ["tenants", "create", "smoke-tenant", "--rpm", "60"],
-        ["tenants", "update", "smoke-tenant", "--tpm", "6000"],
-        ["keys", "create", "--tenant", "smoke-tenant"],
-        ["keys", "list", "--tenant", "smoke-tenant"],
-        ["tenants", "delete", "smoke-tenant"],
-    ):
-        result = demo.cli(*words)
-        assert result.returncode == 0, (words, result.stderr[-2000:])
-        assert "Traceback" not in result.stderr
+def _ok(demo: Demo, *words: str) -> str:
+    result = demo.cli(*words)
+    assert result.returncode == 0, (words, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def test_tenant_and_key_lifecycle_from_the_demo_context_alone(demo: Demo) -> None:
+    _ok(demo, "tenants", "create", "smoke-tenant", "--rpm", "60")
+    _ok(demo, "tenants", "update", "smoke-tenant", "--tpm", "6000")
+    created = _ok(demo, "keys", "create", "--tenant", "smoke-tenant")
+    key_id = created.split("key id", 1)[1].split()[0]
+    assert key_id in _ok(demo, "keys", "list", "--tenant", "smoke-tenant")
+    _ok(demo, "keys", "revoke", key_id)
+    _ok(demo, "tenants", "delete", "smoke-tenant")
+
+
+def test_replica_drain_and_uncordon_from_the_demo_context_alone(demo: Demo) -> None:
+    pool = "aws:us-east-1:h100-llama70b"
+    address = demo.admin(f"/admin/pools/{pool}").json()["replicas"][0]["address"]
+    _ok(demo, "replica", "drain", pool, address)
+    _ok(demo, "replica", "uncordon", pool, address)
 
 
 @pytest.mark.parametrize(
@@ -216,3 +227,22 @@ def test_a_burst_grows_the_local_pool_and_it_shrinks_after(demo: Demo) -> None:
     assert sizes[-1] == sizes[0]
     costs = [s["usd_per_hour"] for s in samples]
     assert max(costs) > costs[-1]  # the extra replicas cost while they ran
+
+
+@pytest.mark.parametrize(
+    "words",
+    [["load"], ["prices", "set", "gcp:europe-west4:l4-llama8b", "1.0"], ["pools"]],
+    ids=["load", "prices-set", "pools"],
+)
+def test_without_a_demo_or_variables_a_subcommand_says_what_to_do(
+    tmp_path: Path, words: list[str]
+) -> None:
+    env = _clean_env(tmp_path) | {"SKYROUTE_PORT": str(free_port())}  # nothing listens there
+    result = subprocess.run(
+        [sys.executable, "-c", "from skyroute.cli import main; main()", *words],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("skyroute:"), lines
