@@ -113,9 +113,10 @@ def sidecars(
     time_scale: float,
     preexec: Callable[[], None],
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Start the price feed, wait until every feed-priced pool has a price, start the
-    autoscaler, wait until every pool it manages with ``min`` >= 1 has a ready replica;
-    stop both (SIGTERM: the autoscaler stops its engines) on exit.
+    """Start the price feed (``SKYROUTE_PRICE_FEEDS`` default ``static``) and the
+    autoscaler; wait until every pool priced by the static file has a price, then until
+    every pool the autoscaler manages with ``min`` >= 1 has a ready replica; stop both
+    (SIGTERM: the autoscaler stops its engines) on exit.
 
     ``settings``: the ``SKYROUTE_*`` variables both share (Redis URL and prefix,
     policy path, replica TTL). Raises RuntimeError if a sidecar dies or is not ready
@@ -130,7 +131,9 @@ def sidecars(
         procs.append(_spawn(["prices", "watch"], env, logs[0], preexec))
         fast = {**FAST_AUTOSCALE, "SKYROUTE_LOCAL_TIME_SCALE": str(time_scale)}
         procs.append(_spawn(["autoscale"], _env(settings, {**common, **fast}), logs[1], preexec))
-        priced = [p.id for p in policy.pools if p.price.source != "policy"]
+        # The demo runs the static feed only: a cloud feed would need that cloud's
+        # credentials, so pools priced by one wait for nothing here.
+        priced = [p.id for p in policy.pools if p.price.source == "static"]
         asyncio.run(
             _wait_rows(redis_url, prefix, priced, lambda usd, _: math.isfinite(usd),
                        "pool prices from the static price file", procs, logs)
