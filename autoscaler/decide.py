@@ -194,8 +194,11 @@ def decide(
     damped = np.maximum(step_floor, np.minimum(bounds.stable, fleet.current))
     # Each attempt's lower bounds; if one leaves no solution (the budget forces a
     # shrink), the constraint it adds gives way next.
+    # A cooling pool may not shrink, but one below its minimum (a new, empty node group)
+    # still grows to it.
+    held = np.maximum(fleet.current, fleet.low)
     attempts = [
-        ("cooldown and stabilisation", np.where(bounds.cooling, fleet.current, damped)),
+        ("cooldown and stabilisation", np.where(bounds.cooling, held, damped)),
         ("max step", step_floor),
         ("", fleet.low),
     ]

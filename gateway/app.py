@@ -21,6 +21,7 @@ from gateway import http_errors, openapi_schemas
 from gateway.context import build_gateway
 from gateway.dashboard import dashboard_router
 from gateway.fast_paths import GatewayApp
+from gateway.fleet_history import FleetHistory
 from gateway.proxy import Forwarder
 from gateway.replica_discovery import DnsDiscoveryLoop
 from gateway.replica_scraper import ReplicaScraper
@@ -52,6 +53,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     """The ASGI app for ``settings``. Background loops run for the app's lifespan.
     ``tracing`` overrides the ``OTEL_*`` environment (tests pass an in-memory one)."""
     gw = build_gateway(settings, tracing)
+    history = FleetHistory()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +74,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             asyncio.create_task(ReplicaScraper(gw.state, upstream).run(), name="replica-scrape"),
             asyncio.create_task(DnsDiscoveryLoop(gw.state).run(), name="replica-dns"),
             asyncio.create_task(gw.store_sync.run(), name="store-sync"),
+            asyncio.create_task(history.run(gw.state), name="fleet-history"),
         ]
         logger.info(
             "gateway replica %s up: %d pools, policy %s",
@@ -110,7 +113,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     app.include_router(replicas_router(gw))
     app.include_router(tenants_router(gw))
     app.include_router(ops_router(gw))
-    app.include_router(dashboard_router(gw))
+    app.include_router(dashboard_router(gw, history))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -80,7 +80,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         tables,
         access_tables,
         usage,
-        DemandTables(redis, prefix=settings.redis_prefix),
+        DemandTables(redis, prefix=settings.redis_prefix, bucket_s=settings.demand_bucket_s),
         demand,
         settings.replica_id,
         refresh_interval_s=settings.snapshot_interval_ms / 1000,

@@ -48,6 +48,9 @@ class GatewaySettings(BaseSettings):
     snapshot_interval_ms: int = Field(default=100, gt=0, le=250)
     # In-flight counts and observations are flushed to Redis in one pipeline this often.
     flush_interval_ms: int = Field(default=50, gt=0, le=1000)
+    # Demand telemetry resolution (s, a divisor of a day); the autoscaler must read with
+    # the same SKYROUTE_AUTOSCALE_DEMAND_BUCKET_S. The demo uses 5 s to scale fast.
+    demand_bucket_s: int = Field(default=60, gt=0, le=86400)
     # A gateway replica's in-flight share expires this long after its last flush.
     replica_ttl_ms: int = Field(default=3000, gt=0)
     # How often the policy file's mtime is checked for a reload.

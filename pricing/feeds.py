@@ -12,19 +12,12 @@ from pricing.catalog import Catalog
 from pricing.feed import Feed
 from pricing.gcp import GcpFeed, GcpFeedConfig
 from pricing.settings import PriceFeedSettings
-from pricing.static import StaticFeed
+from pricing.static import StaticFeed, static_path
 from router.policy import Policy
 
+__all__ = ["FEEDS", "build_feeds", "static_path"]
+
 Builder = Callable[[PriceFeedSettings, Policy, Path, Catalog], Feed]
-
-
-def static_path(policy: Policy, policy_path: Path) -> Path | None:
-    """The policy's static price file, relative to the policy file's directory."""
-    name = policy.pricing.static_file
-    if not name:
-        return None
-    path = Path(name)
-    return path if path.is_absolute() else policy_path.parent / path
 
 
 def _aws(s: PriceFeedSettings, _policy: Policy, _path: Path, _catalog: Catalog) -> Feed:

@@ -1,8 +1,9 @@
-"""The static feed: contracted, reserved or on-prem prices from a CSV or YAML file.
+"""The static feed: contracted, reserved or on-prem prices from a CSV, YAML or JSON file.
 
 Where it names a row (provider, region, instance type, purchase option), it overrides
 what the cloud feeds say. The file is read again on every refresh, so an edit applies
-at the next one. Columns (CSV header, or keys of each item under ``prices:`` in YAML):
+at the next one. Columns (CSV header, or keys of each item of the ``prices`` list of a
+YAML or JSON document):
 
     provider, region, instance_type, purchase, usd_per_hour
     optional: gpu_type, gpu_count, usd_per_gpu_hour (used when usd_per_hour is empty)
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,18 +26,30 @@ from base.errors import PriceFeedError
 from live.price_table import PriceKey
 from pricing.catalog import Catalog
 from pricing.feed import FeedResult, Quote
+from router.policy import Policy
 
 SOURCE = "static"
 _REQUIRED = ("provider", "region", "instance_type", "purchase")
 
 
+def static_path(policy: Policy, policy_path: Path) -> Path | None:
+    """The policy's static price file, relative to the policy file's directory."""
+    name = policy.pricing.static_file
+    if not name:
+        return None
+    path = Path(name)
+    return path if path.is_absolute() else policy_path.parent / path
+
+
 def _records(path: Path) -> list[Mapping[str, Any]]:
     text = path.read_text()
-    if path.suffix.lower() in (".yaml", ".yml"):
-        doc = yaml.safe_load(text) or {}
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml", ".json"):
+        # JSON is YAML's subset, but its own parser gives JSON's own error messages.
+        doc = (json.loads(text) if suffix == ".json" else yaml.safe_load(text)) or {}
         items = doc.get("prices") if isinstance(doc, dict) else None
         if not isinstance(items, list):
-            raise ValueError("a YAML price file needs a 'prices:' list")
+            raise ValueError(f"a {suffix[1:].upper()} price file needs a 'prices' list")
         return [i if isinstance(i, dict) else {"_raw": i} for i in items]
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     return list(csv.DictReader(lines))

@@ -3,7 +3,8 @@
 ``autoscale`` runs until SIGTERM: one cycle per interval, acting only while it holds the
 leader lease. ``--once`` runs one cycle and exits; ``--dry-run`` never changes anything
 and prints the plan as a table. Settings come from ``SKYROUTE_*`` variables
-(``autoscaler.settings.AutoscalerSettings``), built once here.
+(``autoscaler.settings.AutoscalerSettings``), built once here; the Redis URL and
+prefix and the policy fall back to the CLI context (``skyroute.context``) when unset.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -23,7 +25,7 @@ from redis.asyncio import Redis
 from autoscaler.profile import measure_profile
 from autoscaler.settings import AutoscalerSettings
 from autoscaler.sidecar import Sidecar, SidecarOptions
-from base.errors import SkyrouteError
+from base.errors import CommandError, SkyrouteError
 from live.policy_file import PolicySource
 from skyroute import logs
 from skyroute.embedded_redis import redis_url_or_embedded
@@ -89,9 +91,19 @@ async def _autoscale(
 
 def cmd_autoscale(args: argparse.Namespace) -> int:
     """Run the sidecar (see the module docstring)."""
+    from skyroute.context import policy_path, read_context, redis_target  # noqa: PLC0415
+
+    # The environment, else the CLI context (a running demo's Redis and policy).
     overrides: dict[str, Any] = {}
-    if args.policy:
-        overrides["policy"] = Path(args.policy)
+    url, prefix = redis_target()
+    overrides.update({k: v for k, v in (("redis_url", url), ("redis_prefix", prefix)) if v})
+    with contextlib.suppress(CommandError):  # else the settings' default, policy.yaml
+        overrides["policy"] = policy_path(args.policy)
+    ctx = read_context()
+    if ctx is not None and ctx.cloud_adapter_for and "SKYROUTE_CLOUD_ADAPTER_FOR" not in os.environ:
+        # A demo's pools run on the local provider; in another process its groups start
+        # empty (the engines belong to the demo's autoscaler), so use --dry-run there.
+        overrides["cloud_adapter_for"] = ctx.cloud_adapter_for
     if args.dry_run:
         overrides["autoscale_dry_run"] = True
     settings = AutoscalerSettings(**overrides)

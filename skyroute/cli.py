@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -58,7 +59,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not args.policy and "policy" not in settings.model_fields_set:
         settings = settings.model_copy(update={"policy": demo_policy_path()})
     logs.configure(settings.log_level, json=False)
-    run_demo(settings, time_scale=args.time_scale)
+    if args.load:
+        # One access-log line per request would bury the burst's timeline in the terminal.
+        logging.getLogger("skyroute.access").setLevel(logging.WARNING)
+    run_demo(settings, time_scale=args.time_scale, load=[] if args.load else None)
     return 0
 
 
@@ -119,10 +123,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("skyroute.access_cmd", "create, list or revoke API keys"),
     "tenants": ("skyroute.access_cmd", "the effective tenants (policy + admin API)"),
     "usage": ("skyroute.access_cmd", "spend and tokens of a tenant"),
-    "prices": ("skyroute.prices_cmd", "GPU price feeds: refresh, watch, show"),
+    "prices": ("skyroute.prices_cmd", "GPU price feeds: refresh, watch, show, set"),
     "autoscale": ("skyroute.autoscale_cmd", "run the autoscaler sidecar: forecast, plan, resize"),
     "profile": ("skyroute.autoscale_cmd", "measure a goodput profile against an engine"),
     "simulate": ("skyroute.simulate_cmd", "replay a request trace through routing policies"),
+    "load": ("skyroute.load_cmd", "drive a bounded burst at the gateway; report the scaling"),
 }
 
 
@@ -163,6 +168,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     server_args(p)
     p.add_argument(
         "--time-scale", type=float, default=1.0, help="engine sleep multiplier (0: no sleeps)"
+    )
+    p.add_argument(
+        "--load",
+        action="store_true",
+        help="once up, drive one bounded burst (`skyroute load`) and report the scaling",
     )
     p.set_defaults(func=cmd_demo)
 

@@ -38,6 +38,9 @@ class Context:
     redis_url: str | None = None
     redis_prefix: str | None = None
     policy: str | None = None
+    # Which adapter serves each cloud's pools (``SKYROUTE_CLOUD_ADAPTER_FOR``): the demo
+    # runs them all on the ``local`` provider.
+    cloud_adapter_for: dict[str, str] | None = None
 
 
 def context_path() -> Path:

@@ -1,8 +1,12 @@
-"""``skyroute demo``: embedded Redis, a simulated multi-cloud fleet and the gateway.
+"""``skyroute demo``: the whole loop on one machine.
 
-Every pool of the demo policy gets one simulated engine per endpoint (an
-OpenAI-compatible vLLM stand-in with the latency profile of its GPU/model pair), its
-ready replicas are written to the live tables, and the gateway starts in front of them.
+Embedded Redis; a simulated multi-cloud fleet (one OpenAI-compatible vLLM stand-in per
+endpoint, with the latency profile of its GPU/model pair); the price feed reading a
+static price file; the autoscaler, whose ``local`` provider starts and stops the engine
+processes of the pools with a ``scaling`` section (the gateway discovers them from the
+node group); and the gateway in front. ``--load`` also drives one bounded burst
+(``skyroute load``) once the gateway is up. See :mod:`skyroute.demo_run` for what the
+run's copy of the packaged policy changes, and :mod:`skyroute.demo_sidecars`.
 
 The engines take free ports: the policy is copied into a run directory with its
 127.0.0.1 endpoints moved to them (comments kept), so two demos, or a demo and the
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import re
 import secrets
 import shutil
@@ -37,6 +42,8 @@ from live.tables import LiveTables
 from router.policy import Policy, PoolSpec
 from simengine.perf_model import profile_name
 from skyroute.context import Context, context_path, write_context
+from skyroute.demo_run import PRICE_FILE, demo_price_rows, run_policy_text
+from skyroute.demo_sidecars import DEMAND_BUCKET_S, FAST_AUTOSCALE, sidecars
 from skyroute.embedded_redis import free_port
 from skyroute.serve import redis_for, run_gateway
 
@@ -89,10 +96,12 @@ def _wait_healthy(url: str, deadline: float) -> None:
 def fleet(
     policy: Policy, time_scale: float = 1.0, seed: int = 0
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Start one simulated engine per pool endpoint (127.0.0.1 only); stop them on exit."""
+    """Start one simulated engine per pool endpoint (127.0.0.1 only); stop them on exit.
+    Pools with a ``scaling`` section are left out: the autoscaler starts theirs."""
     procs: list[subprocess.Popen[bytes]] = []
+    fixed = [p for p in policy.pools if p.scaling is None]
     try:
-        for n, pool in enumerate(policy.pools):
+        for n, pool in enumerate(fixed):
             for endpoint in pool.endpoints:
                 if endpoint.host not in {"127.0.0.1", "localhost"}:
                     raise ValueError(f"demo engines run on 127.0.0.1 only, not {endpoint}")
@@ -108,7 +117,7 @@ def fleet(
                 # Engines start before the demo runs any thread, so preexec_fn is safe here.
                 procs.append(subprocess.Popen(args, preexec_fn=_die_with_parent))  # noqa: PLW1509
         deadline = time.monotonic() + 30
-        for pool in policy.pools:
+        for pool in fixed:
             for endpoint in pool.endpoints:
                 _wait_healthy(str(endpoint).rstrip("/"), deadline)
         dead = [p.args for p in procs if p.poll() is not None]
@@ -126,11 +135,14 @@ def fleet(
 
 
 async def publish_fleet(policy: Policy, redis_url: str, prefix: str) -> None:
-    """Write each pool's ready replicas (one per running endpoint) to the live tables."""
+    """Write each fixed pool's ready replicas (one per running endpoint) to the live
+    tables; the autoscaler publishes those of the pools it manages."""
     redis = Redis.from_url(redis_url)
     try:
         tables = LiveTables(redis, prefix=prefix)
         for pool in policy.pools:
+            if pool.scaling is not None:
+                continue
             await tables.set_replicas(
                 pool.id, ready=len(pool.endpoints), target=len(pool.endpoints)
             )
@@ -138,8 +150,32 @@ async def publish_fleet(policy: Policy, redis_url: str, prefix: str) -> None:
         await redis.aclose()
 
 
-def run_demo(settings: GatewaySettings, time_scale: float = 1.0) -> None:
-    """Run the whole demo in the foreground until Ctrl-C."""
+def _run_files(source: Path, run_dir: Path) -> Path:
+    """Write the run's policy (and, for the packaged demo policy, its static price file)
+    into ``run_dir``; the policy's path. See :mod:`skyroute.demo_run`."""
+    text = with_free_ports(source.read_text(encoding="utf-8"))
+    if source.resolve() == demo_policy_path().resolve():
+        text, wanted = run_policy_text(text)
+        prices_csv = (source.parent / "demo_prices.csv").read_text(encoding="utf-8")
+        doc = {"prices": demo_price_rows(wanted, prices_csv)}
+        (run_dir / PRICE_FILE).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    policy_file = run_dir / "policy.yaml"
+    policy_file.write_text(text, encoding="utf-8")
+    return policy_file
+
+
+def _start_load(args: list[str]) -> subprocess.Popen[bytes]:
+    """``skyroute load ARGS`` in the background: it waits for the gateway itself."""
+    command = [sys.executable, "-c", "from skyroute.cli import main; main()", "load", *args]
+    # Started before the gateway runs any thread, so preexec_fn is safe here.
+    return subprocess.Popen(command, preexec_fn=_die_with_parent)  # noqa: PLW1509
+
+
+def run_demo(
+    settings: GatewaySettings, time_scale: float = 1.0, load: list[str] | None = None
+) -> None:
+    """Run the whole demo in the foreground until Ctrl-C. ``load``: arguments of a
+    ``skyroute load`` to run against it once it is up (None: none)."""
     api_key = (
         settings.api_key.get_secret_value()
         if settings.api_key
@@ -151,28 +187,45 @@ def run_demo(settings: GatewaySettings, time_scale: float = 1.0) -> None:
         else f"sk-adm-{secrets.token_urlsafe(24)}"
     )
     run_dir = Path(tempfile.mkdtemp(prefix="skyroute-demo-"))
-    policy_file = run_dir / "policy.yaml"
-    policy_file.write_text(with_free_ports(Path(settings.policy).read_text(encoding="utf-8")))
-    settings = settings.model_copy(
-        update={"api_key": SecretStr(api_key), "admin_token": SecretStr(admin),
-                "policy": policy_file}
-    )  # fmt: skip
+    policy_file = _run_files(Path(settings.policy), run_dir)
+    update: dict[str, object] = {
+        "api_key": SecretStr(api_key), "admin_token": SecretStr(admin), "policy": policy_file,
+    }  # fmt: skip
+    if "demand_bucket_s" not in settings.model_fields_set:
+        update["demand_bucket_s"] = DEMAND_BUCKET_S
+    settings = settings.model_copy(update=update)
     policy = load_policy(policy_file)
+    loader: subprocess.Popen[bytes] | None = None
     try:
         with redis_for(settings) as live, fleet(policy, time_scale=time_scale):
             assert live.redis_url is not None
-            asyncio.run(publish_fleet(policy, live.redis_url, live.redis_prefix))
-            base = f"http://{live.host}:{live.port}"
-            context = Context(
-                url=base, admin_token_file=str(run_dir / "admin-token"),
-                api_key_file=str(run_dir / "api-key"),
-                redis_url=live.redis_url, redis_prefix=live.redis_prefix,
-                policy=str(policy_file),
-            )  # fmt: skip
-            ctx_file = write_context(context, admin, api_key=api_key)
-            _banner(policy, live, base, api_key, admin, ctx_file)
-            run_gateway(live)
+            shared = {
+                "SKYROUTE_REDIS_URL": live.redis_url,
+                "SKYROUTE_REDIS_PREFIX": live.redis_prefix,
+                "SKYROUTE_POLICY": str(policy_file),
+                "SKYROUTE_REPLICA_TTL_MS": str(live.replica_ttl_ms),
+                "SKYROUTE_AUTOSCALE_DEMAND_BUCKET_S": str(live.demand_bucket_s),
+            }
+            print("skyroute demo: starting the price feed and the autoscaler…", flush=True)
+            with sidecars(policy, shared, run_dir, time_scale, _die_with_parent):
+                asyncio.run(publish_fleet(policy, live.redis_url, live.redis_prefix))
+                base = f"http://{live.host}:{live.port}"
+                context = Context(
+                    url=base, admin_token_file=str(run_dir / "admin-token"),
+                    api_key_file=str(run_dir / "api-key"),
+                    redis_url=live.redis_url, redis_prefix=live.redis_prefix,
+                    policy=str(policy_file),
+                    cloud_adapter_for=json.loads(FAST_AUTOSCALE["SKYROUTE_CLOUD_ADAPTER_FOR"]),
+                )  # fmt: skip
+                ctx_file = write_context(context, admin, api_key=api_key)
+                _banner(policy, live, base, api_key, admin, ctx_file, run_dir)
+                if load is not None:
+                    loader = _start_load(load)
+                run_gateway(live)
     finally:
+        if loader is not None and loader.poll() is None:
+            loader.terminate()
+            loader.wait(timeout=10)
         _forget_context(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -186,25 +239,45 @@ def _forget_context(run_dir: Path) -> None:
 
 
 def _banner(
-    policy: Policy, live: GatewaySettings, base: str, api_key: str, admin: str, ctx_file: Path
+    policy: Policy,
+    live: GatewaySettings,
+    base: str,
+    api_key: str,
+    admin: str,
+    ctx_file: Path,
+    run_dir: Path,
 ) -> None:
     pools = ", ".join(f"{p.id}" for p in policy.pools)
+    scaled = [p.id for p in policy.pools if p.scaling is not None]
     model = next(iter(policy.models))
+    autoscaled = (
+        f"  autoscaled {', '.join(scaled)}\n"
+        f"             (replicas are local engines; log: {run_dir / 'autoscaler.log'})\n"
+        if scaled
+        else ""
+    )
+    prices = next(run_dir.glob("*prices.json"), None)
+    price_line = (
+        f"  prices     {prices}   (skyroute prices set POOL USD_PER_GPU_HOUR)\n" if prices else ""
+    )
     # The keys are printed on purpose: this is the demo's only way to hand them over.
     print(
         f"\nskyroute demo: {len(policy.pools)} simulated pools ({pools})\n"
         f"  redis      {live.redis_url}\n"
         f"  gateway    {base}/v1   (OpenAI-compatible)\n"
+        f"  dashboard  {base}/dashboard   (any user name, the admin key as password)\n"
         f"  API key    {api_key}\n"
         f"  admin key  {admin}\n"
         f"  policy     {live.policy}   (edit it: the gateway reloads it)\n"
+        f"{price_line}{autoscaled}"
         f"  context    {ctx_file}   (skyroute pools, explain, keys, ... use it)\n\n"
         "Try:\n"
         f"  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {api_key}' "
         "-H 'Content-Type: application/json' -D - \\\n"
         f'    -d \'{{"model": "{model}", "max_tokens": 32, '
         '"messages": [{"role": "user", "content": "Hello from skyroute"}]}\'\n'
-        "  skyroute pools\n\n"
+        "  skyroute pools\n"
+        "  skyroute load          (a burst of EU traffic: watch the autoscaler add replicas)\n\n"
         "Or in another shell, with variables instead of the context:\n"
         f"  export SKYROUTE_ADMIN_URL={base} SKYROUTE_ADMIN_TOKEN={admin} \\\n"
         f"         SKYROUTE_REDIS_URL={live.redis_url} \\\n"

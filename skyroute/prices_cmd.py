@@ -1,8 +1,11 @@
-"""``skyroute prices refresh|watch|show``: run the GPU price feeds, or show their prices.
+"""``skyroute prices refresh|watch|show|set``: run the GPU price feeds, show their
+prices, or change one in the static price file.
 
 Settings come from ``SKYROUTE_*`` (``pricing.settings.PriceFeedSettings``); ``--policy``
 overrides ``SKYROUTE_POLICY``. ``refresh`` exits 1 if a feed failed outright (its last
-good prices stay), ``watch`` runs until SIGINT/SIGTERM.
+good prices stay), ``watch`` runs until SIGINT/SIGTERM. ``set`` writes the policy's
+``pricing.static_file`` and refreshes the static feed at once (a running ``prices
+watch`` would pick the change up at its next refresh anyway).
 """
 
 from __future__ import annotations
@@ -118,9 +121,38 @@ def cmd_show(args: argparse.Namespace) -> int:
     return asyncio.run(_show(settings))
 
 
+def cmd_set(args: argparse.Namespace) -> int:
+    """``prices set POOL_OR_SKU PRICE``: write the static price file, refresh it."""
+    from live.policy_file import load_policy  # noqa: PLC0415
+    from pricing.static import static_path  # noqa: PLC0415
+    from pricing.static_edit import read_rows, resolve, set_price  # noqa: PLC0415
+
+    settings = _settings(args).model_copy(update={"price_feeds": "static"})
+    logs.configure("WARNING", json=False)
+    policy = load_policy(settings.policy)
+    path = static_path(policy, settings.policy)
+    if path is None:
+        raise CommandError(
+            f"the policy {settings.policy} names no pricing.static_file to write prices to"
+        )
+    try:
+        keys = resolve(args.target, policy, read_rows(path))
+        set_price(path, keys, args.price)
+    except OSError as exc:
+        raise CommandError(f"cannot change {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    for key in keys:
+        print(f"{path}: {key} = {args.price:g} USD per GPU-hour")
+    if not settings.redis_url:
+        print("no Redis to refresh (SKYROUTE_REDIS_URL): the price feed applies it at its next run")
+        return 0
+    return asyncio.run(_refresh(settings, force=True))
+
+
 def register(subparsers: Any) -> None:
-    """Add ``prices refresh|watch|show`` to the ``skyroute`` parser."""
-    p = subparsers.add_parser("prices", help="GPU price feeds: refresh, watch, show")
+    """Add ``prices refresh|watch|show|set`` to the ``skyroute`` parser."""
+    p = subparsers.add_parser("prices", help="GPU price feeds: refresh, watch, show, set")
     sub = p.add_subparsers(dest="prices_command", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -143,3 +175,15 @@ def register(subparsers: Any) -> None:
     q = sub.add_parser("show", help="pools' prices, ages, stale flags, $/1M tokens; feed status")
     common(q)
     q.set_defaults(func=cmd_show)
+
+    q = sub.add_parser(
+        "set", help="change a price in the static price file, then refresh that feed"
+    )
+    common(q)
+    q.add_argument(
+        "target",
+        metavar="POOL_OR_SKU",
+        help="a pool id, provider:region:instance_type[:purchase], or an instance type",
+    )
+    q.add_argument("price", type=float, metavar="PRICE", help="USD per GPU-hour")
+    q.set_defaults(func=cmd_set)

@@ -7,12 +7,14 @@ import itertools
 import numpy as np
 
 from autoscaler.decide import decide
+from autoscaler.demand import DemandHistory
 from autoscaler.fleet import PoolStatus
 from autoscaler.goodput import GoodputObservation
 from autoscaler.plan import Plan
 from autoscaler.state import ScalerState
 from router.health import PoolState
 from tests.autoscaler.conftest import (
+    T0,
     config,
     history,
     make_policy,
@@ -372,3 +374,17 @@ def test_the_plan_prints_as_a_table_with_a_reason_per_pool() -> None:
     lines = plan.table().splitlines()
     row = next(line for line in lines if line.startswith("aws:us-east-1:cheap"))
     assert "+3" in row and "covers us" in row
+
+
+def test_a_new_empty_group_grows_to_its_minimum_before_any_demand_is_seen() -> None:
+    # No demand recorded yet: the forecast is unreliable, so nothing may shrink, but a
+    # pool below its minimum (a node group that starts empty, like the local provider's)
+    # still grows to it.
+    policy = make_policy([pool_doc("aws:us-east-1:floor", min_replicas=2)])
+    nothing = DemandHistory(T0, {})
+    plan = decide(nothing, statuses(policy), prices(policy), policy, ScalerState(), config())
+    assert _targets(plan) == {"aws:us-east-1:floor": 2}
+    # At its minimum, with still no demand, it stays there.
+    at_min = statuses(policy, {"aws:us-east-1:floor": 2})
+    held = decide(nothing, at_min, prices(policy), policy, plan.state, config())
+    assert _targets(held) == {"aws:us-east-1:floor": 2}

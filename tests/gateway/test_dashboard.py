@@ -24,7 +24,7 @@ from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from skyroute.demo import demo_policy_path
 from tests.gateway.conftest import CHAT
-from tests.gateway.harness import ADMIN_TOKEN, API_KEY, Gateway
+from tests.gateway.harness import ADMIN_TOKEN, API_KEY, Gateway, wait_for
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 CHROMIUM_TIMEOUT_S = 90
@@ -253,7 +253,9 @@ def test_dashboard_in_chromium_shows_every_pool_and_live_decisions(
     assert traffic.ok > 0
     assert traffic.failed == 0
 
-    page = _Elements({"pools", "replicas", "decisions", "spend", "traffic", "status"})
+    page = _Elements(
+        {"pools", "replicas", "decisions", "spend", "traffic", "status", "replica-chart", "cost"}
+    )
     page.feed(dom)
     assert int(page.attrs["body"].get("data-polls", "0")) >= 2, "the page did not poll repeatedly"
     assert "".join(page.text["status"]).startswith("live")
@@ -273,9 +275,40 @@ def test_dashboard_in_chromium_shows_every_pool_and_live_decisions(
     assert all(row["td.reason"] in {"cheapest-feasible", "fallback-fastest"} for row in decisions)
     assert {"gcp", "aws"} <= {row.get("data-provider") for row in page.rows["spend"]}
     assert {"gcp", "aws"} <= set(page.attrs["traffic"]["data-providers"].split(","))
+    # Replicas per pool and the fleet's cost rate over time, next to the traffic.
+    assert int(page.attrs["replica-chart"].get("data-samples", "0")) >= 1
+    assert set(page.attrs["replica-chart"]["data-pools"].split(",")) <= set(pool_ids)
+    assert float(page.attrs["cost"]["data-usd-per-hour"]) > 0
 
     png = screenshot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert (width, height) == (1280, 900)
     assert len(png) > 30_000, f"screenshot is only {len(png)} bytes: a blank page?"
+
+
+def test_fleet_history_api_gives_replicas_and_cost_over_time_to_the_admin_only(
+    gateway: Gateway,
+) -> None:
+    url = f"{gateway.base}/admin/dashboard/fleet"
+    assert httpx.get(url, timeout=5).status_code == 401
+    assert (
+        httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=5).status_code == 401
+    )
+    pools = {p["id"]: p for p in gateway.admin("GET", "/admin/pools").json()["pools"]}
+
+    def samples() -> list[dict[str, object]]:
+        body = gateway.admin("GET", "/admin/dashboard/fleet").json()
+        assert body["every_s"] > 0
+        return list(body["samples"])
+
+    wait_for(lambda: len(samples()) >= 2, "two fleet samples")
+    first, last = samples()[-2:]
+    assert isinstance(first["t"], float) and isinstance(last["t"], float)
+    assert first["t"] < last["t"]
+    assert set(last["ready"]) == set(pools)  # type: ignore[arg-type]
+    by_provider = last["usd_per_hour_by_provider"]
+    assert isinstance(by_provider, dict) and by_provider
+    # The cost rate is every priced pool's ready replicas at its price, per provider.
+    assert last["usd_per_hour"] == pytest.approx(sum(by_provider.values()), abs=1e-3)
+    assert set(by_provider) <= {p["provider"] for p in pools.values()}

@@ -48,12 +48,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
-            wait_until(f"http://127.0.0.1:{port}/readyz", timeout_s=60)
+            # The demo starts its price feed and autoscaler (and their first engines) first.
+            wait_until(f"http://127.0.0.1:{port}/readyz", timeout_s=240)
             yield Demo(f"http://127.0.0.1:{port}", run / "config")
         finally:
             proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

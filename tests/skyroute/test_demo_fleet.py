@@ -12,6 +12,7 @@ from live.policy_file import load_policy
 from router.policy import Policy, PoolSpec
 from router.policy_loader import parse_policy
 from skyroute.demo import with_free_ports
+from skyroute.demo_run import AUTOSCALED_MODEL, PRICE_FILE, demo_price_rows, run_policy_text
 
 PROJECT = Path(__file__).resolve().parents[2]
 FLEET = PROJECT / "skyroute" / "fleet"
@@ -155,3 +156,34 @@ def test_demo_price_rows_are_copied_from_the_shared_price_files() -> None:
             == fields
         ]
         assert matches, row
+
+
+def test_the_demo_run_prices_every_pool_from_its_csv_row_through_the_static_feed() -> None:
+    text, wanted = run_policy_text((FLEET / "demo-policy.yaml").read_text(encoding="utf-8"))
+    rows = demo_price_rows(wanted, (FLEET / "demo_prices.csv").read_text(encoding="utf-8"))
+
+    run = parse_policy(text)
+    assert run.pricing.static_file == PRICE_FILE
+    by_key = {(r["provider"], r["region"], r["instance_type"], r["purchase"]): r for r in rows}
+    for fixed, pool in zip(POLICY.pools, run.pools, strict=True):
+        assert pool.price.source == "static" and pool.price.usd_per_gpu_hour is None
+        row = by_key[(pool.provider, pool.region, pool.price.instance_type, pool.price.purchase)]
+        # The same price per GPU-hour as the packaged policy's fixed one.
+        per_gpu = float(row["usd_per_hour"]) / int(row["gpu_count"])
+        assert round(per_gpu, 4) == fixed.price.usd_per_gpu_hour
+
+
+def test_the_demo_run_lets_the_autoscaler_size_every_pool_of_one_model() -> None:
+    text, _ = run_policy_text((FLEET / "demo-policy.yaml").read_text(encoding="utf-8"))
+
+    run = parse_policy(text)
+    scaled = {p.id for p in run.pools if p.scaling is not None}
+    # All of the model's pools: the autoscaler plans a model over its longest lead time.
+    assert scaled == {p.id for p in run.pools if p.model == AUTOSCALED_MODEL}
+    assert all(p.scaling and p.scaling.provisioning_s <= 10 for p in run.pools if p.id in scaled)
+    assert all(p.replicas.min >= 1 for p in run.pools if p.id in scaled)
+    assert [ln for ln in text.splitlines() if ln.lstrip().startswith("# engine:")] == [
+        ln
+        for ln in (FLEET / "demo-policy.yaml").read_text(encoding="utf-8").splitlines()
+        if ln.lstrip().startswith("# engine:")
+    ]
