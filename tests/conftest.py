@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 import pytest
 
 from skyroute.embedded_redis import EmbeddedRedis
+from tests.figures import FIGURES
 
 
 def _answers(url: str) -> bool:
@@ -50,10 +51,24 @@ def _data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     patch.undo()
 
 
+@pytest.fixture(autouse=True)
+def _figures_in_the_report(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Move the figures a test measured into its report, so that they reach the process
+    that prints the summary when the suite runs in several (pytest-xdist)."""
+    start = len(FIGURES)
+    yield
+    request.node.user_properties.extend(("figure", line) for line in FIGURES[start:])
+    del FIGURES[start:]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the figures of each finished test (from whichever process ran it)."""
+    if report.when == "teardown":
+        FIGURES.extend(str(v) for k, v in report.user_properties if k == "figure")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the figures integration tests measured (see tests/figures.py)."""
-    from tests.figures import FIGURES  # noqa: PLC0415 - only when the run ends
-
     if FIGURES:
         terminalreporter.section("measured figures")
         for line in FIGURES:
