@@ -19,8 +19,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from base.errors import TableError
@@ -28,6 +26,7 @@ from gateway.routing_state import RoutingState
 from gateway.usage import UsageLog
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
+from live.redis_client import AnyPipeline, RedisClient
 from live.tables import LiveTables
 
 logger = logging.getLogger(__name__)
@@ -143,7 +142,7 @@ class TableSync:
             self.skipped_flushes += 1
             return
 
-        def extra(pipe: Pipeline) -> None:
+        def extra(pipe: AnyPipeline) -> None:
             self.access_tables.add_usage(pipe, records)
             self.demand_tables.add(pipe, demand)
 
@@ -194,7 +193,7 @@ class TableSync:
                 self._mark(False, "flush", exc)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
-    async def listen(self, redis: Redis) -> None:
+    async def listen(self, redis: RedisClient) -> None:
         """Loop: wake ``refresh`` on every table-change event. Runs until cancelled."""
         backoff = 0.1
         listen_failing = False

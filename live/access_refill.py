@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError, ResponseError, WatchError
 
 from base.errors import TableError
 from live.access_table import SPEND_TTL_S, AccessTables, KeyRecord
+from live.redis_client import AnyPipeline
 from live.usage_stream import DEFAULT_GROUP
 from router.policy import TenantSpec
 
@@ -60,7 +60,7 @@ class AccessRefill:
         except RedisError as exc:
             raise TableError(f"reading the refill sentinel failed: {exc}") from exc
 
-    async def _group_exists(self, pipe: Pipeline) -> bool:
+    async def _group_exists(self, pipe: AnyPipeline) -> bool:
         try:
             groups = await pipe.xinfo_groups(self.tables.key("usage"))
         except ResponseError:  # no stream at all
@@ -70,7 +70,7 @@ class AccessRefill:
             for g in groups
         )
 
-    def _queue(self, pipe: Pipeline, refill: Refill, now_s: float, *, lost_all: bool) -> None:
+    def _queue(self, pipe: AnyPipeline, refill: Refill, now_s: float, *, lost_all: bool) -> None:
         k = self.tables.key
         for digest, record in refill.keys:
             key = k("key", digest)

@@ -1,6 +1,7 @@
 """The normalised GPU price table in Redis, and each price feed's last status.
 
-Schema (under ``{prefix}``, default ``sr:v1``):
+Schema (under ``{prefix}:{control}``, default prefix ``sr:v1``; the lease's hash tag, so a
+fenced write is one script on one Redis Cluster node):
 
     prices:rows     hash   "{provider}|{region}|{instance_type}|{purchase}" -> PriceRow JSON
     prices:feeds    hash   feed name -> FeedStatus JSON
@@ -20,11 +21,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from base.errors import TableError
-from live.lease import Fence
+from live.keyspace import tagged
+from live.lease import CONTROL, Fence
+from live.redis_client import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -128,23 +130,23 @@ def _dump(value: Any) -> str:
 
 
 class PriceTable:
-    """Typed reader and writer of the price table over one ``redis.asyncio.Redis``.
+    """Typed reader and writer of the price table over one Redis client.
 
     Every method either completes or raises TableError; none retries by itself.
     """
 
-    def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
+    def __init__(self, redis: RedisClient, prefix: str = "sr:v1") -> None:
         self.redis = redis
         self.prefix = prefix
         self._fenced = redis.register_script(_FENCED_WRITE_LUA)
 
     @property
     def _rows(self) -> str:
-        return f"{self.prefix}:prices:rows"
+        return tagged(self.prefix, CONTROL, "prices", "rows")
 
     @property
     def _feeds(self) -> str:
-        return f"{self.prefix}:prices:feeds"
+        return tagged(self.prefix, CONTROL, "prices", "feeds")
 
     async def write(
         self,

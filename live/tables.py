@@ -2,20 +2,19 @@
 
 Schema (all keys under ``{prefix}``, default ``sr:v1``):
 
-    pool:{id}:stats      hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
-    pool:{id}:ttft       list   recent TTFT samples, ms (newest first, capped)
-    pool:{id}:tpot       list   recent TPOT samples, ms
-    pool:{id}:replicas   hash   ready, target, endpoints (JSON list of URLs)  (fleet/autoscaler)
-    pool:{id}:health     hash   router.health.HealthRecord, compare-and-set on version
-    price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
-                               [usd_per_hour, instance_type, purchase]
-    inflight:{replica}   hash   pool id -> requests in flight on that gateway replica (TTL)
-    replicas             zset   gateway replica id -> last heartbeat, unix ms
-    events               pub/sub channel: a table changed, refresh the snapshot now
+    pool:{<id>}:stats     hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
+    pool:{<id>}:ttft      list   recent TTFT samples, ms (newest first, capped)
+    pool:{<id>}:tpot      list   recent TPOT samples, ms
+    pool:{<id>}:replicas  hash   ready, target, endpoints (JSON list of URLs)  (fleet/autoscaler)
+    pool:{<id>}:health    hash   router.health.HealthRecord, compare-and-set on version
+    price:{<id>}          hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
+                                 [usd_per_hour, instance_type, purchase]
+    {inflight}:…          requests in flight per gateway replica and summed (live.inflight)
+    events                pub/sub channel: a table changed, refresh the snapshot now
 
-Each gateway replica writes its own absolute in-flight counts under its own key with a
-short TTL, so a replica that dies takes its counts with it and nothing can drift
-negative; readers sum the live replicas' shares.
+A pool's keys share the hash tag ``{<id>}`` (one Redis Cluster slot per pool). Each
+gateway replica writes its own absolute in-flight counts, so a replica that dies takes
+its counts with it once its heartbeat is stale and nothing can drift negative.
 """
 
 from __future__ import annotations
@@ -28,12 +27,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from base.errors import TableError
 from live import table_scripts
+from live.inflight import InflightTable
+from live.redis_client import AnyPipeline, RedisClient, queue_script
 from router.health import HealthRecord
 from router.snapshot import EWMA_ALPHA, PoolRow
 
@@ -106,38 +105,33 @@ def _percentiles(samples: list[str]) -> tuple[float, float]:
 
 
 class LiveTables:
-    """Typed reader and writer of the live tables over one ``redis.asyncio.Redis``.
+    """Typed reader and writer of the live tables over one Redis client (one server or
+    a cluster, ``live.redis_client``).
 
     Every method either completes or raises TableError (from the redis exception);
     none retries by itself: the caller's background loop decides.
     """
 
-    def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
+    def __init__(self, redis: RedisClient, prefix: str = "sr:v1") -> None:
         self.redis = redis
         self.prefix = prefix
         self._ewma = redis.register_script(table_scripts.EWMA_LUA)
-        self._inflight = redis.register_script(table_scripts.INFLIGHT_LUA)
         self._rtt = redis.register_script(table_scripts.RTT_LUA)
         self._health_cas = redis.register_script(table_scripts.HEALTH_CAS_LUA)
+        self._announce = redis.register_script(table_scripts.ANNOUNCE_LUA)
+        self.inflight = InflightTable(redis, prefix)
 
     # -- key spelling -------------------------------------------------------------------
     def _pool(self, pool_id: str, table: str) -> str:
-        return f"{self.prefix}:pool:{pool_id}:{table}"
+        return f"{self.prefix}:pool:{{{pool_id}}}:{table}"
 
     def _price(self, pool_id: str) -> str:
-        return f"{self.prefix}:price:{pool_id}"
-
-    def _inflight_key(self, replica_id: str) -> str:
-        return f"{self.prefix}:inflight:{replica_id}"
+        return f"{self.prefix}:price:{{{pool_id}}}"
 
     @property
     def events_channel(self) -> str:
         """The pub/sub channel that announces table changes."""
         return f"{self.prefix}:events"
-
-    @property
-    def _replicas(self) -> str:
-        return f"{self.prefix}:replicas"
 
     # -- the gateway's batched write -----------------------------------------------------
     async def flush(
@@ -148,7 +142,7 @@ class LiveTables:
         inflight: Mapping[str, int],
         inflight_ttl_ms: int,
         observations: Mapping[str, PoolObservations],
-        extra: Callable[[Pipeline], None] | None = None,
+        extra: Callable[[AnyPipeline], None] | None = None,
     ) -> None:
         """Write one gateway replica's in-flight counts and observations in ONE round-trip.
         ``extra`` may queue more commands on the same pipeline (usage records).
@@ -157,12 +151,7 @@ class LiveTables:
         Observations are additive: flushing the same batch twice counts it twice.
         """
         pipe = self.redis.pipeline(transaction=False)
-        key = self._inflight_key(replica_id)
-        if inflight:
-            pipe.hset(key, mapping={k: str(v) for k, v in inflight.items()})
-        pipe.pexpire(key, inflight_ttl_ms)
-        pipe.zadd(self._replicas, {replica_id: now_ms})
-        pipe.zremrangebyscore(self._replicas, "-inf", now_ms - 10 * inflight_ttl_ms)
+        await self.inflight.queue_flush(pipe, replica_id, inflight, now_ms, inflight_ttl_ms)
         for pool_id, obs in observations.items():
             n_ttft, n_tpot = len(obs.ttft_ms), len(obs.tpot_ms)
             args: list[Any] = [
@@ -175,7 +164,7 @@ class LiveTables:
                 obs.errors,
                 now_ms,
             ]
-            await self._ewma(keys=[self._pool(pool_id, "stats")], args=args, client=pipe)
+            await queue_script(pipe, self._ewma, [self._pool(pool_id, "stats")], args)
             for table, samples in (("ttft", obs.ttft_ms), ("tpot", obs.tpot_ms)):
                 if samples:
                     pipe.lpush(self._pool(pool_id, table), *(f"{s:.3f}" for s in samples))
@@ -191,8 +180,7 @@ class LiveTables:
         """Remove this replica's in-flight share at once (graceful shutdown). Idempotent."""
         try:
             pipe = self.redis.pipeline(transaction=False)
-            pipe.delete(self._inflight_key(replica_id))
-            pipe.zrem(self._replicas, replica_id)
+            await self.inflight.queue_release(pipe, replica_id, int(time.time() * 1000))
             await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"release failed: {exc}") from exc
@@ -217,11 +205,7 @@ class LiveTables:
         """
         ids = list(pool_ids)
         pipe = self.redis.pipeline(transaction=False)
-        await self._inflight(
-            keys=[self._replicas],
-            args=[now_ms - replica_ttl_ms, f"{self.prefix}:inflight:", exclude_replica],
-            client=pipe,
-        )
+        await self.inflight.queue_read(pipe, exclude_replica, now_ms, replica_ttl_ms)
         for pid in ids:
             pipe.hgetall(self._pool(pid, "stats"))
             if with_samples:
@@ -234,8 +218,7 @@ class LiveTables:
             results = await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"snapshot read failed: {exc}") from exc
-        flat = [_s(x) for x in results[0]]
-        inflight = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
+        inflight = InflightTable.parse(results[0])
         rows: dict[str, PoolRow] = {}
         for n, pid in enumerate(ids):
             stride = 6 if with_samples else 4
@@ -276,10 +259,9 @@ class LiveTables:
     async def read_own_inflight(self, replica_id: str) -> dict[str, int]:
         """This replica's last flushed in-flight share (used to re-sync after a restart)."""
         try:
-            raw = await self.redis.hgetall(self._inflight_key(replica_id))
+            return await self.inflight.own(replica_id, self.redis)
         except RedisError as exc:
             raise TableError(f"read failed: {exc}") from exc
-        return {_s(k): int(float(_s(v))) for k, v in raw.items()}
 
     # -- fleet, health and price writers --------------------------------------------------
     async def record_rtt(self, rtt_ms: Mapping[str, float]) -> None:
@@ -287,7 +269,7 @@ class LiveTables:
         EWMA per pool. Additive like observations: each call is one more sample."""
         pipe = self.redis.pipeline(transaction=False)
         for pool_id, ms in rtt_ms.items():
-            await self._rtt(keys=[self._pool(pool_id, "stats")], args=[EWMA_ALPHA, ms], client=pipe)
+            await queue_script(pipe, self._rtt, [self._pool(pool_id, "stats")], [EWMA_ALPHA, ms])
         try:
             await _execute(pipe)
         except RedisError as exc:
@@ -315,14 +297,10 @@ class LiveTables:
         every gateway from its next snapshot. Idempotent. Raises TableError."""
         key = self._pool(pool_id, "replicas")
         field_name = _DRAINED + address.rstrip("/")
-        pipe = self.redis.pipeline(transaction=False)
-        if drained:
-            pipe.hset(key, field_name, str(int(time.time())))
-        else:
-            pipe.hdel(key, field_name)
-        pipe.publish(self.events_channel, key)  # gateways refresh at once
+        args = ["set", field_name, str(int(time.time()))] if drained else ["del", field_name]
         try:
-            await _execute(pipe)
+            # Announced in the same script: gateways refresh at once.
+            await self._announce(keys=[key], args=[self.events_channel, *args])
         except RedisError as exc:
             raise TableError(f"replica drain write failed: {exc}") from exc
 
@@ -349,11 +327,11 @@ class LiveTables:
             if new is None:
                 return None
             new = replace(new, version=current.version + 1)
-            flat: list[str] = [str(current.version)]
+            flat: list[str] = [self.events_channel, str(current.version)]
             for field_name, value in new.to_fields().items():
                 flat += [field_name, value]
             try:
-                won = await self._health_cas(keys=[key, self.events_channel], args=flat)
+                won = await self._health_cas(keys=[key], args=flat)
             except RedisError as exc:
                 raise TableError(f"health write failed: {exc}") from exc
             if won:
@@ -375,12 +353,11 @@ class LiveTables:
         await self._write(self._price(pool_id), mapping)
 
     async def _write(self, key: str, mapping: Mapping[str, str]) -> None:
+        args: list[str] = [self.events_channel, "set"]
+        for name, value in mapping.items():
+            args += [name, value]
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            fields: dict[Any, Any] = dict(mapping)
-            pipe.hset(key, mapping=fields)
-            pipe.publish(self.events_channel, key)
-            await _execute(pipe)
+            await self._announce(keys=[key], args=args)
         except RedisError as exc:
             raise TableError(f"write {key} failed: {exc}") from exc
 
@@ -395,7 +372,7 @@ class LiveTables:
             raise TableError(f"clear failed: {exc}") from exc
 
 
-async def _execute(pipe: Pipeline) -> list[Any]:
+async def _execute(pipe: AnyPipeline) -> list[Any]:
     # Reset in every case, so a failed pipeline gives its connection back to the pool.
     try:
         result: list[Any] = await pipe.execute()
@@ -404,7 +381,7 @@ async def _execute(pipe: Pipeline) -> list[Any]:
         await pipe.reset()  # type: ignore[no-untyped-call]
 
 
-async def run_pipeline(pipe: Pipeline, what: str) -> list[Any]:
+async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
     """Execute ``pipe`` and give its connection back whatever happens; a Redis failure
     becomes TableError("{what}: ...")."""
     try:
