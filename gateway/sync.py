@@ -26,7 +26,7 @@ from gateway.routing_state import RoutingState
 from gateway.usage import UsageLog
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
-from live.redis_client import AnyPipeline, RedisClient
+from live.redis_client import AnyPipeline, RedisClient, pubsub
 from live.tables import LiveTables
 
 logger = logging.getLogger(__name__)
@@ -199,10 +199,10 @@ class TableSync:
         listen_failing = False
         while True:
             try:
-                async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(self.tables.events_channel)
+                async with await pubsub(redis) as events:
+                    await events.subscribe(self.tables.events_channel)
                     backoff, listen_failing = 0.1, False
-                    async for _ in pubsub.listen():
+                    async for _ in events.listen():
                         self._wake.set()
             except (RedisError, OSError) as exc:
                 # Readiness is the refresh loop's to judge; here only the first failure

@@ -111,6 +111,18 @@ def _hour_period_ids(hour: int) -> tuple[str, str, str]:
 _METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
 
 
+def limit_fields(spec: TenantSpec) -> dict[str, str]:
+    """The ``limits:{tenant}`` hash of a tenant: what admission enforces."""
+    fields: dict[str, str] = {"period": spec.budget_period}
+    if spec.rpm is not None:
+        fields["rpm"] = str(spec.rpm)
+    if spec.tpm is not None:
+        fields["tpm"] = str(spec.tpm)
+    if spec.budget_usd is not None:
+        fields["budget_nusd"] = str(round(spec.budget_usd * NANO))
+    return fields
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -123,6 +135,7 @@ class AccessTables:
         self.redis = redis
         self.prefix = prefix
         self._admit = redis.register_script(table_scripts.ADMIT_LUA)
+        self._store_key = redis.register_script(table_scripts.STORE_KEY_LUA)
         # Key digest -> its tenant, as admission last found it: the admission script
         # must be given the tenant's keys up front (see ADMIT_LUA). A key never changes
         # tenant; a wrong guess costs one more round trip, never a wrong verdict.
@@ -143,21 +156,22 @@ class AccessTables:
     # -- keys -----------------------------------------------------------------------------
     async def store_key(self, digest_hex: str, record: KeyRecord) -> None:
         """Store a key by its SHA-256. Idempotent for the same record."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(
+        keys = [
             self._k("key", digest_hex),
-            mapping={
-                "id": record.id,
-                "tenant": record.tenant,
-                "name": record.name,
-                "created_s": f"{record.created_s:.3f}",
-                "expires_s": f"{record.expires_s:.3f}",
-                "revoked": "1" if record.revoked else "0",
-            },
-        )
-        pipe.set(self._k("keyid", record.id), digest_hex)
-        pipe.sadd(self._k("tenantkeys", record.tenant), record.id)
-        await self._run(pipe)
+            self._k("keyid", record.id),
+            self._k("tenantkeys", record.tenant),
+        ]
+        args = [
+            "id", record.id, "tenant", record.tenant, "name", record.name,
+            "created_s", f"{record.created_s:.3f}", "expires_s", f"{record.expires_s:.3f}",
+            "revoked", "1" if record.revoked else "0",
+        ]  # fmt: skip
+        try:
+            # One script (atomic on one server and on a cluster alike), never a
+            # MULTI/EXEC: the cluster client's transactions leak connections across loops.
+            await self._store_key(keys=keys, args=[digest_hex, record.id, *args])
+        except RedisError as exc:
+            raise TableError(f"store key failed: {exc}") from exc
 
     async def revoke_key(self, key_id: str) -> bool:
         """Revoke a key by id; True if it existed. Takes effect on the next admission."""
@@ -229,13 +243,7 @@ class AccessTables:
         for name, spec in tenants.items():
             key = self._k("limits", name)
             pipe.delete(key)
-            fields: dict[Any, Any] = {"period": spec.budget_period}
-            if spec.rpm is not None:
-                fields["rpm"] = str(spec.rpm)
-            if spec.tpm is not None:
-                fields["tpm"] = str(spec.tpm)
-            if spec.budget_usd is not None:
-                fields["budget_nusd"] = str(round(spec.budget_usd * NANO))
+            fields: dict[Any, Any] = limit_fields(spec)
             pipe.hset(key, mapping=fields)
 
     # -- the request path ------------------------------------------------------------------

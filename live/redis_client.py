@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.client import Pipeline
+from redis.asyncio.client import Pipeline, PubSub
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline
 from redis.asyncio.sentinel import Sentinel
 from redis.commands.core import AsyncScript
@@ -112,3 +112,15 @@ async def queue_script(
         pipe.eval(script.script, len(keys), *keys, *args)  # type: ignore[arg-type]
     else:
         await script(keys=keys, args=args, client=pipe)
+
+
+async def pubsub(client: RedisClient) -> PubSub:
+    """A pub/sub connection of ``client`` (use it as an async context manager).
+
+    On a cluster, SUBSCRIBE goes to the node of the channel's slot (any node hears a
+    PUBLISH: the cluster broadcasts it), and that slot must be known first.
+    """
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        return client.pubsub(ignore_subscribe_messages=True)
+    return client.pubsub(ignore_subscribe_messages=True)

@@ -130,3 +130,13 @@ if limit > 0 and t > limit then t = limit end
 redis.call('HSET', KEYS[1], 'tokens', t)
 return 1
 """
+
+# Store an API key record atomically: KEYS[1] = key record, KEYS[2] = keyid:{id},
+# KEYS[3] = tenantkeys:{tenant}; ARGV[1] = digest, ARGV[2] = key id, then the record's
+# field, value pairs.
+STORE_KEY_LUA = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[2])
+return 1
+"""
