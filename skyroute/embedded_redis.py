@@ -164,9 +164,9 @@ class EmbeddedRedisCluster:
             per = 16384 // self.masters
             for i, client in enumerate(clients):
                 last = 16383 if i == self.masters - 1 else (i + 1) * per - 1
-                client.execute_command("CLUSTER ADDSLOTSRANGE", i * per, last)
+                client.execute_command("CLUSTER ADDSLOTSRANGE", i * per, last)  # type: ignore[no-untyped-call]
             for node in self.nodes[1:]:
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)  # type: ignore[no-untyped-call]
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 infos = [c.execute_command("CLUSTER INFO") for c in clients]
