@@ -169,7 +169,7 @@ class EmbeddedRedisCluster:
                 clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)  # type: ignore[no-untyped-call]
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
-                infos = [c.execute_command("CLUSTER INFO") for c in clients]
+                infos = [c.execute_command("CLUSTER INFO") for c in clients]  # type: ignore[no-untyped-call]
                 if all(
                     i.get("cluster_state") == "ok"
                     and int(i.get("cluster_known_nodes", 0)) == self.masters
