@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from base.auth_digest import digest_hex
-from base.errors import AuthenticationError, RateLimited, TableError
+from base.errors import AuthenticationError, RateLimited, StoreError, TableError
 from live.access_table import AccessTables, AdmitCode, KeyRecord
 from router.policy import Policy, TenantSpec
 
@@ -93,6 +93,9 @@ class AccessControl:
         self.on_data_loss: Callable[[], None] | None = None
         # Whether Redis holds the store's last refill (None: no store to refill from).
         self.filled: Callable[[], Awaitable[bool]] | None = None
+        # Puts a key Redis does not know back from the store; True if the store had it
+        # (Redis evicted it: an unknown key is then a refill, never a wrong 401).
+        self.lookup_key: Callable[[str], Awaitable[bool]] | None = None
         self._recompute()
 
     def _recompute(self) -> None:
@@ -140,9 +143,21 @@ class AccessControl:
             with contextlib.suppress(TableError):
                 await self.refresh()
 
-    async def admit(self, digest_hex: str, est_tokens: int) -> Caller:
+    async def _restored(self, digest_hex: str, retry: bool = True) -> bool:
+        if not retry or self.lookup_key is None:
+            return False
+        try:
+            return await self.lookup_key(digest_hex)
+        except (StoreError, TableError) as exc:
+            logger.warning("unknown key not looked up in the store: %s", exc)
+            return False
+
+    async def admit(self, digest_hex: str, est_tokens: int, *, _retry: bool = True) -> Caller:
         """Admit one request, charging its tenant's limits. Raises AuthenticationError,
-        RateLimited, or TableError (Redis down and the key never seen here)."""
+        RateLimited, or TableError (Redis down and the key never seen here).
+
+        A key Redis does not know is looked up in the store (``lookup_key``) once: one
+        that Redis evicted is put back and admitted, not refused."""
         now = time.time()
         fresh = self._fresh.get(digest_hex)
         if fresh is not None and now - fresh[1] < FRESH_S:
@@ -167,6 +182,10 @@ class AccessControl:
             return await self.admit(digest_hex, est_tokens)
         if code == AdmitCode.UNKNOWN:
             known = self._admitted.get(digest_hex)
+            if (known is None or (known[2] and known[2] <= now)) and await self._restored(
+                digest_hex, _retry
+            ):
+                return await self.admit(digest_hex, est_tokens, _retry=False)
             if known is None or (known[2] and known[2] <= now):
                 raise AuthenticationError("Incorrect API key provided.")
             # Keys are revoked, never deleted: Redis not knowing a key this replica has

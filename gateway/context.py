@@ -113,6 +113,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
     sync.on_recovery = store_sync.poke
     access.on_data_loss = store_sync.poke
     access.filled = AccessRefill(access_tables).filled
+    access.lookup_key = store_sync.lookup_key
     return Gateway(
         settings=settings,
         state=state,

@@ -78,6 +78,24 @@ return 1
 """
 
 
+# KEYS[1] = sentinel, KEYS[2..] = spend counters; ARGV = the store's nano-USD for each,
+# then the counters' TTL (s). Raises each counter to at least the store's figure, only
+# while the sentinel says Redis holds the last refill (before it, the refill adds the
+# store's spend itself). Returns how many counters were raised.
+_RAISE_SPEND_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local raised = 0
+for i = 2, #KEYS do
+  local want = tonumber(ARGV[i - 1])
+  if tonumber(redis.call('GET', KEYS[i]) or '0') < want then
+    redis.call('SET', KEYS[i], ARGV[i - 1], 'EX', ARGV[#ARGV])
+    raised = raised + 1
+  end
+end
+return raised
+"""
+
+
 class _Ops:
     """The refill script's keys and ops, built in process."""
 
@@ -102,6 +120,7 @@ class AccessRefill:
         self.group = group
         self.sentinel = tables.key("store", "filled")
         self._script = tables.redis.register_script(_REFILL_LUA)
+        self._raise = tables.redis.register_script(_RAISE_SPEND_LUA)
 
     async def filled(self) -> bool:
         """Whether Redis still holds the last refill (else it lost its data). Raises
@@ -157,3 +176,23 @@ class AccessRefill:
         except RedisError as exc:
             raise TableError(f"refilling the access tables failed: {exc}") from exc
         return bool(done)
+
+    async def raise_spend(self, spend: Mapping[tuple[str, str], int]) -> int:
+        """Raise every spend counter of ``spend`` ((tenant, period id) -> nano-USD, what
+        the store has recorded) to at least that figure; how many were raised.
+
+        Redis counts spend before the store does (the gateways' flushes come first), so
+        a counter below the store's figure was lost: evicted (maxmemory), or deleted,
+        and then re-created by a flush from zero. Raising it, never adding, cannot count
+        anything twice; what it misses is what the store has not consumed yet (the usage
+        consumer's lag). A no-op until the refill after a total loss. Raises TableError.
+        """
+        if not spend:
+            return 0
+        items = sorted(spend.items())
+        keys = [self.sentinel, *(self.tables.key("spend", t, p) for (t, p), _ in items)]
+        args = [*(str(nusd) for _, nusd in items), str(SPEND_TTL_S)]
+        try:
+            return int(await self._raise(keys=keys, args=args))
+        except RedisError as exc:
+            raise TableError(f"raising lost spend counters failed: {exc}") from exc
