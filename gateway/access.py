@@ -96,6 +96,7 @@ class AccessControl:
         # Puts a key Redis does not know back from the store; True if the store had it
         # (Redis evicted it: an unknown key is then a refill, never a wrong 401).
         self.lookup_key: Callable[[str], Awaitable[bool]] | None = None
+        self._admit_failing = False
         self._recompute()
 
     def _recompute(self) -> None:
@@ -167,7 +168,13 @@ class AccessControl:
                 return caller
         try:
             verdict = await self.tables.admit(digest_hex, now, est_tokens)
-        except TableError:
+        except TableError as exc:
+            if not self._admit_failing:
+                # The first of a run of failures is logged with its cause (a wrong URL, a
+                # CROSSSLOT or NOSCRIPT must not hide behind 503s); repeats are not.
+                self._admit_failing = True
+                cause = exc.__cause__ or exc
+                logger.warning("admission in redis failed (%s: %s)", type(cause).__name__, exc)
             if digest_hex == self._bootstrap:
                 return Caller(DEFAULT_TENANT, self.tenant(DEFAULT_TENANT), BOOTSTRAP_KEY_ID)
             known = self._admitted.get(digest_hex)
@@ -175,6 +182,7 @@ class AccessControl:
                 raise
             tenant, key_id, _ = known
             return Caller(tenant, self.tenant(tenant), key_id)
+        self._admit_failing = False
         code = verdict.code
         if code == AdmitCode.UNKNOWN and digest_hex == self._bootstrap:
             # Redis lost its data (or came up after us): put the bootstrap key back.
