@@ -228,7 +228,9 @@ class AccessControl:
             self._admitted.clear()
         self._admitted[digest_hex] = (verdict.tenant, verdict.key_id, verdict.expires_s)
         caller = Caller(verdict.tenant, spec, verdict.key_id)
-        if not _limited(spec):
+        # A tenant this replica does not know yet (created through another replica less
+        # than a refresh ago) may have limits: only known unlimited tenants are cached.
+        if verdict.tenant in self.tenants and not _limited(spec):
             if len(self._fresh) > 100_000:
                 self._fresh.clear()
             self._fresh[digest_hex] = (caller, now, verdict.expires_s)

@@ -14,10 +14,19 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import CHAT, Fleet, start_fleet
-from tests.gateway.harness import ADMIN_TOKEN, Gateway, unique_prefix, wait_for
+from tests.gateway.harness import (
+    ADMIN_TOKEN,
+    Engine,
+    Gateway,
+    policy_doc,
+    pool,
+    unique_prefix,
+    wait_for,
+    write_policy,
+)
 
 MESSAGES: Any = [{"role": "user", "content": "Hello, cluster."}]
+CHAT = "chat-model"
 CHEAP = "gcp:us-central1:cheap"
 
 
@@ -45,18 +54,25 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory, redis_cluster_url: str) -> Iterator[Pair]:
     tmp: Path = tmp_path_factory.mktemp("cluster-gw")
-    fleet: Fleet = start_fleet(tmp, time_scale=0.1)
+    engine = Engine("a10g-llama-3.1-8b", "upstream-chat", 0.05).start()
+    pools = [
+        pool(CHEAP, engine, provider="gcp", region="us-central1", model=CHAT,
+             usd_per_gpu_hour=0.4),
+        pool("aws:us-east-1:mid", engine, provider="aws", region="us-east-1", model=CHAT,
+             usd_per_gpu_hour=1.0),
+    ]  # fmt: skip
+    policy = write_policy(tmp / "policy.yaml", policy_doc(pools, [CHAT]))
     prefix = unique_prefix()
     one = two = None
     try:
-        one = Gateway(fleet.policy_path, redis_cluster_url, prefix).start()
-        two = Gateway(fleet.policy_path, redis_cluster_url, prefix).start()
+        one = Gateway(policy, redis_cluster_url, prefix).start()
+        two = Gateway(policy, redis_cluster_url, prefix).start()
         yield Pair(one, two)
     finally:
         for gw in (one, two):
             if gw is not None:
                 gw.stop()
-        fleet.stop()
+        engine.kill()
 
 
 def test_openai_client_is_served_by_both_replicas(pair: Pair) -> None:
