@@ -85,12 +85,24 @@ def connect(url: str, **options: Any) -> RedisClient:
             ssl=scheme == "rediss+sentinel",
             **options,
         )
-        master: Redis = sentinel.master_for(path[0])
+        master: _SentinelMaster = sentinel.master_for(path[0], redis_class=_SentinelMaster)
+        master.sentinels = list(sentinel.sentinels)
         return master
     if scheme in ("redis", "rediss", "unix"):
         client: Redis = Redis.from_url(url, **options)
         return client
     raise ValueError(f"unsupported Redis URL scheme {parts.scheme!r} in SKYROUTE_REDIS_URL")
+
+
+class _SentinelMaster(Redis):
+    """The master a Sentinel names; closing it closes the Sentinel connections too."""
+
+    sentinels: list[Redis]
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        for client in getattr(self, "sentinels", []):
+            await client.aclose()
 
 
 def is_cluster(client: RedisClient | AnyPipeline) -> bool:
