@@ -51,8 +51,7 @@ import psutil
 import uvloop
 import yaml
 
-from live.redis_client import connect
-from loadtests.bench_redis_replicas import redis_commands
+from live.redis_client import commands_run, connect
 from skyroute.embedded_redis import EmbeddedRedis, EmbeddedRedisCluster, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -310,14 +309,14 @@ async def measure(
         await closed_loop(session, load, args.concurrency, args.warmup)
         if load.pools is not None:
             load.pools.clear()
-        r0 = await redis_commands(redis) if redis is not None else 0
+        r0 = await commands_run(redis) if redis is not None else 0
         g0, e0, m0 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
         if scenario.startswith("closed"):
             t = await closed_loop(session, load, args.concurrency, args.duration)
         else:
             t = await open_loop(session, load, args.rate, args.duration)
         g1, e1, m1 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
-        r1 = await redis_commands(redis) if redis is not None else 0
+        r1 = await commands_run(redis) if redis is not None else 0
     if redis is not None:
         await redis.aclose()
     n = max(len(t.lat), 1)

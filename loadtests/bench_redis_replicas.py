@@ -23,33 +23,15 @@ import random
 import secrets
 import time
 
-from redis.asyncio import Redis, RedisCluster
-
 from base.auth_digest import digest_hex
 from live.access_table import AccessTables, KeyRecord, UsageRecord
-from live.redis_client import RedisClient, connect
+from live.redis_client import commands_run, connect
 from live.tables import LiveTables, PoolObservations
 from router.policy import TenantSpec
 from skyroute.embedded_redis import EmbeddedRedis, EmbeddedRedisCluster
 
 POOLS = [f"{p}:r{i}:bench" for p in ("aws", "gcp", "azure") for i in range(2)]
 FLUSH_S, REFRESH_S, TTL_MS = 0.05, 0.1, 3000
-
-
-async def redis_commands(client: RedisClient) -> int:
-    """Commands every node of ``client``'s Redis has run so far (INFO commandstats)."""
-    if isinstance(client, RedisCluster):
-        await client.initialize()
-        nodes = [Redis(host=n.host, port=n.port) for n in client.get_primaries()]
-    else:
-        nodes = [client]
-    total = 0
-    for node in nodes:
-        stats = await node.info("commandstats")
-        total += sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
-        if node is not client:
-            await node.aclose()
-    return total
 
 
 async def _replica(
@@ -106,12 +88,12 @@ async def measure(url: str, replicas: int, rate: float, seconds: float) -> tuple
     await access.store_key(digest, KeyRecord("k", "bench", "", time.time(), 0.0, False))
     await access.write_limits({"bench": TenantSpec(rpm=10**9)})
     try:
-        c0, t0 = await redis_commands(client), time.monotonic()
+        c0, t0 = await commands_run(client), time.monotonic()
         end = t0 + seconds
         served = await asyncio.gather(
             *(_replica(n, tables, access, digest, rate / replicas, end) for n in range(replicas))
         )
-        c1, t1 = await redis_commands(client), time.monotonic()
+        c1, t1 = await commands_run(client), time.monotonic()
     finally:
         keys = [k async for k in client.scan_iter(match=f"{prefix}:*", count=1000)]
         for k in keys:
