@@ -62,6 +62,10 @@ def test_flush_and_read_of_every_pool_table(cluster: RedisTarget) -> None:
         await tables.set_replicas(POOLS[1], ready=2, target=3, endpoints=["http://10.0.0.1:8000"])
         await tables.set_price(POOLS[2], PriceEntry(2.5, "test", time.time()))
         rows = await tables.read(POOLS, now, 60_000, exclude_replica="gw-b")
+        assert isinstance(client, RedisCluster)
+        found = [k async for k in client.scan_iter(match=f"{cluster.prefix}:pool:*:stats")]
+        nodes = {client.get_node_from_key(k).name for k in found}
+        assert len(found) == len(POOLS) and len(nodes) > 1  # SCAN walked every node
         own = await tables.read_own_inflight("gw-b")
         await tables.release("gw-a")
         after = await tables.read(POOLS, now, 60_000, with_samples=False)
