@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from redis.asyncio import Redis
-
 from adapters.cloud import CloudConfig, NodeGroup, NodeStatus, node_group_for
 from autoscaler.actuate import Actuator
 from autoscaler.config import ScalerConfig
@@ -34,6 +32,7 @@ from autoscaler.state import ScalerState
 from base.errors import AdapterError
 from live.demand_table import DemandTables
 from live.lease import Lease
+from live.redis_client import RedisClient
 from live.tables import LiveTables
 from router.policy import Policy
 from router.snapshot import PoolRow
@@ -81,7 +80,7 @@ class Sidecar:
     def __init__(
         self,
         policy: Policy,
-        redis: Redis,
+        redis: RedisClient,
         cloud: CloudConfig,
         config: ScalerConfig,
         options: SidecarOptions,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from base.auth_digest import digest_hex
-from base.errors import AuthenticationError, RateLimited, TableError
+from base.errors import AuthenticationError, RateLimited, StoreError, TableError
 from live.access_table import AccessTables, AdmitCode, KeyRecord
 from router.policy import Policy, TenantSpec
 
@@ -93,6 +93,10 @@ class AccessControl:
         self.on_data_loss: Callable[[], None] | None = None
         # Whether Redis holds the store's last refill (None: no store to refill from).
         self.filled: Callable[[], Awaitable[bool]] | None = None
+        # Puts a key Redis does not know back from the store; True if the store had it
+        # (Redis evicted it: an unknown key is then a refill, never a wrong 401).
+        self.lookup_key: Callable[[str], Awaitable[bool]] | None = None
+        self._admit_failing = False
         self._recompute()
 
     def _recompute(self) -> None:
@@ -140,9 +144,21 @@ class AccessControl:
             with contextlib.suppress(TableError):
                 await self.refresh()
 
-    async def admit(self, digest_hex: str, est_tokens: int) -> Caller:
+    async def _restored(self, digest_hex: str, retry: bool = True) -> bool:
+        if not retry or self.lookup_key is None:
+            return False
+        try:
+            return await self.lookup_key(digest_hex)
+        except (StoreError, TableError) as exc:
+            logger.warning("unknown key not looked up in the store: %s", exc)
+            return False
+
+    async def admit(self, digest_hex: str, est_tokens: int, *, _retry: bool = True) -> Caller:
         """Admit one request, charging its tenant's limits. Raises AuthenticationError,
-        RateLimited, or TableError (Redis down and the key never seen here)."""
+        RateLimited, or TableError (Redis down and the key never seen here).
+
+        A key Redis does not know is looked up in the store (``lookup_key``) once: one
+        that Redis evicted is put back and admitted, not refused."""
         now = time.time()
         fresh = self._fresh.get(digest_hex)
         if fresh is not None and now - fresh[1] < FRESH_S:
@@ -152,7 +168,13 @@ class AccessControl:
                 return caller
         try:
             verdict = await self.tables.admit(digest_hex, now, est_tokens)
-        except TableError:
+        except TableError as exc:
+            if not self._admit_failing:
+                # The first of a run of failures is logged with its cause (a wrong URL, a
+                # CROSSSLOT or NOSCRIPT must not hide behind 503s); repeats are not.
+                self._admit_failing = True
+                cause = exc.__cause__ or exc
+                logger.warning("admission in redis failed (%s: %s)", type(cause).__name__, exc)
             if digest_hex == self._bootstrap:
                 return Caller(DEFAULT_TENANT, self.tenant(DEFAULT_TENANT), BOOTSTRAP_KEY_ID)
             known = self._admitted.get(digest_hex)
@@ -160,6 +182,7 @@ class AccessControl:
                 raise
             tenant, key_id, _ = known
             return Caller(tenant, self.tenant(tenant), key_id)
+        self._admit_failing = False
         code = verdict.code
         if code == AdmitCode.UNKNOWN and digest_hex == self._bootstrap:
             # Redis lost its data (or came up after us): put the bootstrap key back.
@@ -167,6 +190,10 @@ class AccessControl:
             return await self.admit(digest_hex, est_tokens)
         if code == AdmitCode.UNKNOWN:
             known = self._admitted.get(digest_hex)
+            if (known is None or (known[2] and known[2] <= now)) and await self._restored(
+                digest_hex, _retry
+            ):
+                return await self.admit(digest_hex, est_tokens, _retry=False)
             if known is None or (known[2] and known[2] <= now):
                 raise AuthenticationError("Incorrect API key provided.")
             # Keys are revoked, never deleted: Redis not knowing a key this replica has
@@ -201,7 +228,9 @@ class AccessControl:
             self._admitted.clear()
         self._admitted[digest_hex] = (verdict.tenant, verdict.key_id, verdict.expires_s)
         caller = Caller(verdict.tenant, spec, verdict.key_id)
-        if not _limited(spec):
+        # A tenant this replica does not know yet (created through another replica less
+        # than a refresh ago) may have limits: only known unlimited tenants are cached.
+        if verdict.tenant in self.tenants and not _limited(spec):
             if len(self._fresh) > 100_000:
                 self._fresh.clear()
             self._fresh[digest_hex] = (caller, now, verdict.expires_s)

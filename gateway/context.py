@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from gateway.access import AccessControl
 from gateway.auth import KeyRing
 from gateway.health import HealthMonitor
@@ -25,6 +23,7 @@ from live.access_refill import AccessRefill
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
 from live.policy_file import PolicySource
+from live.redis_client import connect
 from live.tables import LiveTables
 from router.compiled import compile_policy
 from router.policy import Policy
@@ -68,7 +67,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         )
     # Short socket timeouts: a dead Redis must fail a background read quickly, never
     # stall it; the request path does not wait on Redis at all.
-    redis = Redis.from_url(
+    redis = connect(
         settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5, health_check_interval=5
     )
     tables = LiveTables(redis, prefix=settings.redis_prefix)
@@ -114,6 +113,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
     sync.on_recovery = store_sync.poke
     access.on_data_loss = store_sync.poke
     access.filled = AccessRefill(access_tables).filled
+    access.lookup_key = store_sync.lookup_key
     return Gateway(
         settings=settings,
         state=state,

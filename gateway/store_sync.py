@@ -22,7 +22,7 @@ from live.access_table import AccessTables
 from live.usage_stream import UsageStream
 from store.consumer import UsageConsumer
 from store.migrate import migrate
-from store.restore import RestoreLoop
+from store.restore import RestoreLoop, key_record
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ CONSUMER_BLOCK_MS = 250
 # A light load settles into the store once a second, not once per flush of the gateway
 # (a commit per handful of records cost ~3 ms of CPU per request at 100 req/s).
 CONSUMER_PACE_S = 1.0
+# How long a key digest the store does not know either is not looked up again (s).
+MISS_TTL_S = 1.0
 
 
 class StoreSync:
@@ -51,6 +53,8 @@ class StoreSync:
     ) -> None:
         self.store = store
         self.url = url
+        self.tables = tables
+        self._misses: dict[str, float] = {}
         self.migrated = False
         self.restorer = RestoreLoop(
             store, tables, time.time, interval_s=restore_interval_s, on_restored=on_restored
@@ -75,6 +79,25 @@ class StoreSync:
         except (StoreError, TableError) as exc:
             logger.warning("store not ready at start-up (%s: %s); retrying in the background",
                            type(exc).__name__, exc)  # fmt: skip
+
+    async def lookup_key(self, digest_hex: str) -> bool:
+        """Put a key Redis does not know back from the store (Redis evicted or lost it);
+        True if the store has it (then Redis has it again, revoked or not). A digest the
+        store did not know either is not asked again for ``MISS_TTL_S``, so unknown keys
+        cannot turn into a query per request. Raises StoreError or TableError."""
+        now = time.monotonic()
+        if now - self._misses.get(digest_hex, -MISS_TTL_S) < MISS_TTL_S:
+            return False
+        found = await self.store.keys(digest=digest_hex)
+        if not found:
+            if len(self._misses) > 10_000:
+                self._misses.clear()
+            self._misses[digest_hex] = now
+            return False
+        await self.tables.store_key(digest_hex, key_record(found[0]))
+        logger.warning("api key %s was missing from redis; put back from the store",
+                       found[0].key_id)  # fmt: skip
+        return True
 
     def poke(self) -> None:
         """Redis is reachable again: check at once whether it must be refilled."""

@@ -19,8 +19,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from base.errors import TableError
@@ -28,6 +26,7 @@ from gateway.routing_state import RoutingState
 from gateway.usage import UsageLog
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
+from live.redis_client import AnyPipeline, RedisClient, pubsub
 from live.tables import LiveTables
 
 logger = logging.getLogger(__name__)
@@ -147,7 +146,7 @@ class TableSync:
             self.skipped_flushes += 1
             return
 
-        def extra(pipe: Pipeline) -> None:
+        def extra(pipe: AnyPipeline) -> None:
             self.access_tables.add_usage(pipe, records)
             self.demand_tables.add(pipe, demand)
             self.tables.add_replica_ejections(pipe, ejections)
@@ -200,16 +199,16 @@ class TableSync:
                 self._mark(False, "flush", exc)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
-    async def listen(self, redis: Redis) -> None:
+    async def listen(self, redis: RedisClient) -> None:
         """Loop: wake ``refresh`` on every table-change event. Runs until cancelled."""
         backoff = 0.1
         listen_failing = False
         while True:
             try:
-                async with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(self.tables.events_channel)
+                async with await pubsub(redis) as events:
+                    await events.subscribe(self.tables.events_channel)
                     backoff, listen_failing = 0.1, False
-                    async for _ in pubsub.listen():
+                    async for _ in events.listen():
                         self._wake.set()
             except (RedisError, OSError) as exc:
                 # Readiness is the refresh loop's to judge; here only the first failure

@@ -1,6 +1,7 @@
 """Tenants, API keys, admission limits and usage records in Redis.
 
-Schema (under ``{prefix}``; like ``live.tables``, the only code spelling these keys):
+Schema (under ``{prefix}:{access}``; like ``live.tables``, the only code spelling these
+keys):
 
     key:{sha256}          hash    id, tenant, name, created_s, expires_s, revoked  (no secret)
     keyid:{id}            string  sha256 of that key (revoke and list by id)
@@ -14,6 +15,12 @@ Schema (under ``{prefix}``; like ``live.tables``, the only code spelling these k
 
 Money is counted in integer nano-USD so that roll-ups reconcile exactly with the sum of
 the per-request records.
+
+Every key carries the one hash tag ``{access}``: admission reads a key record and its
+tenant's limits, buckets and spend in one script, and the refill (``live.access_refill``)
+writes them all in one transaction, so on a Redis Cluster they must share a slot. The
+cost is that the access tables of one prefix live on one node; the live tables (per
+pool) and the in-flight shares spread over the cluster.
 """
 
 from __future__ import annotations
@@ -25,12 +32,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from base.errors import TableError
 from live import table_scripts, usage_codec
+from live.keyspace import tagged
+from live.redis_client import AnyPipeline, RedisClient
 from live.tables import run_pipeline
 from router.policy import TenantSpec
 
@@ -44,7 +51,7 @@ GROUPS = ("pool", "model", "region", "provider")
 class AdmitCode:
     """Admission verdicts returned by the Lua script."""
 
-    OK, UNKNOWN, REVOKED, EXPIRED, RPM, TPM, BUDGET = range(7)
+    OK, UNKNOWN, REVOKED, EXPIRED, RPM, TPM, BUDGET, OTHER_TENANT = range(8)
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,18 @@ def _hour_period_ids(hour: int) -> tuple[str, str, str]:
 _METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
 
 
+def limit_fields(spec: TenantSpec) -> dict[str, str]:
+    """The ``limits:{tenant}`` hash of a tenant: what admission enforces."""
+    fields: dict[str, str] = {"period": spec.budget_period}
+    if spec.rpm is not None:
+        fields["rpm"] = str(spec.rpm)
+    if spec.tpm is not None:
+        fields["tpm"] = str(spec.tpm)
+    if spec.budget_usd is not None:
+        fields["budget_nusd"] = str(round(spec.budget_usd * NANO))
+    return fields
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -112,13 +131,18 @@ class AccessTables:
     """Typed access to the tenant/key/usage tables. Methods raise TableError on Redis
     failure and never log or return a key's secret."""
 
-    def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
+    def __init__(self, redis: RedisClient, prefix: str = "sr:v1") -> None:
         self.redis = redis
         self.prefix = prefix
         self._admit = redis.register_script(table_scripts.ADMIT_LUA)
+        self._store_key = redis.register_script(table_scripts.STORE_KEY_LUA)
+        # Key digest -> its tenant, as admission last found it: the admission script
+        # must be given the tenant's keys up front (see ADMIT_LUA). A key never changes
+        # tenant; a wrong guess costs one more round trip, never a wrong verdict.
+        self._tenant_of: dict[str, str] = {}
 
     def _k(self, *parts: str) -> str:
-        return ":".join((self.prefix, *parts))
+        return tagged(self.prefix, "access", *parts)
 
     def key(self, *parts: str) -> str:
         """The full Redis key of a schema entry above, e.g. ``key("usage")``: for the
@@ -126,27 +150,28 @@ class AccessTables:
         not spell the prefix themselves."""
         return self._k(*parts)
 
-    async def _run(self, pipe: Pipeline) -> list[Any]:
+    async def _run(self, pipe: AnyPipeline) -> list[Any]:
         return await run_pipeline(pipe, "access tables")
 
     # -- keys -----------------------------------------------------------------------------
     async def store_key(self, digest_hex: str, record: KeyRecord) -> None:
         """Store a key by its SHA-256. Idempotent for the same record."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(
+        keys = [
             self._k("key", digest_hex),
-            mapping={
-                "id": record.id,
-                "tenant": record.tenant,
-                "name": record.name,
-                "created_s": f"{record.created_s:.3f}",
-                "expires_s": f"{record.expires_s:.3f}",
-                "revoked": "1" if record.revoked else "0",
-            },
-        )
-        pipe.set(self._k("keyid", record.id), digest_hex)
-        pipe.sadd(self._k("tenantkeys", record.tenant), record.id)
-        await self._run(pipe)
+            self._k("keyid", record.id),
+            self._k("tenantkeys", record.tenant),
+        ]
+        args = [
+            "id", record.id, "tenant", record.tenant, "name", record.name,
+            "created_s", f"{record.created_s:.3f}", "expires_s", f"{record.expires_s:.3f}",
+            "revoked", "1" if record.revoked else "0",
+        ]  # fmt: skip
+        try:
+            # One script (atomic on one server and on a cluster alike), never a
+            # MULTI/EXEC: the cluster client's transactions leak connections across loops.
+            await self._store_key(keys=keys, args=[digest_hex, record.id, *args])
+        except RedisError as exc:
+            raise TableError(f"store key failed: {exc}") from exc
 
     async def revoke_key(self, key_id: str) -> bool:
         """Revoke a key by id; True if it existed. Takes effect on the next admission."""
@@ -213,36 +238,49 @@ class AccessTables:
         self.queue_limits(pipe, tenants)
         await self._run(pipe)
 
-    def queue_limits(self, pipe: Pipeline, tenants: Mapping[str, TenantSpec]) -> None:
+    def queue_limits(self, pipe: AnyPipeline, tenants: Mapping[str, TenantSpec]) -> None:
         """Queue ``write_limits``'s commands on ``pipe`` (the refill's transaction)."""
         for name, spec in tenants.items():
             key = self._k("limits", name)
             pipe.delete(key)
-            fields: dict[Any, Any] = {"period": spec.budget_period}
-            if spec.rpm is not None:
-                fields["rpm"] = str(spec.rpm)
-            if spec.tpm is not None:
-                fields["tpm"] = str(spec.tpm)
-            if spec.budget_usd is not None:
-                fields["budget_nusd"] = str(round(spec.budget_usd * NANO))
+            fields: dict[Any, Any] = limit_fields(spec)
             pipe.hset(key, mapping=fields)
 
     # -- the request path ------------------------------------------------------------------
     async def admit(self, digest_hex: str, now_s: float, est_tokens: int) -> Admission:
-        """Check a key and its tenant's limits, charging them on success: ONE round trip."""
-        hour, day, month = period_ids(now_s)
-        args: list[Any] = [self.prefix, int(now_s * 1000), est_tokens, hour, day, month]
+        """Check a key and its tenant's limits, charging them on success: ONE round trip
+        (two the first time this process sees the key: it learns the key's tenant)."""
+        guess = self._tenant_of.get(digest_hex, "")
+        verdict = await self._admit_as(digest_hex, guess, now_s, est_tokens)
+        if verdict.code == AdmitCode.OTHER_TENANT:
+            if len(self._tenant_of) > 100_000:
+                self._tenant_of.clear()
+            self._tenant_of[digest_hex] = verdict.tenant
+            verdict = await self._admit_as(digest_hex, verdict.tenant, now_s, est_tokens)
+            if verdict.code == AdmitCode.OTHER_TENANT:  # re-created meanwhile: not admitted
+                raise TableError("admission failed: the key changed tenant while admitted")
+        return verdict
+
+    async def _admit_as(
+        self, digest_hex: str, tenant: str, now_s: float, est_tokens: int
+    ) -> Admission:
+        keys = [
+            self._k("key", digest_hex),
+            self._k("limits", tenant),
+            self._k("bucket", tenant, "rpm"),
+            self._k("bucket", tenant, "tpm"),
+            *(self._k("spend", tenant, p) for p in period_ids(now_s)),
+        ]
+        args: list[Any] = [int(now_s * 1000), est_tokens, tenant]
         try:
-            code, tenant, wait_ms, key_id, expires = await self._admit(
-                keys=[self._k("key", digest_hex)], args=args
-            )
+            code, tenant, wait_ms, key_id, expires = await self._admit(keys=keys, args=args)
         except RedisError as exc:
             raise TableError(f"admission failed: {exc}") from exc
         return Admission(
             int(code), _s(tenant), _s(key_id), float(_s(expires)), int(wait_ms) / 1000.0
         )
 
-    def add_usage(self, pipe: Pipeline, records: Iterable[UsageRecord]) -> None:
+    def add_usage(self, pipe: AnyPipeline, records: Iterable[UsageRecord]) -> None:
         """Queue usage records, roll-ups, spend and TPM corrections on ``pipe`` (the
         flush pipeline). Additive: the caller must not queue a record twice.
 

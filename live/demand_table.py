@@ -9,7 +9,8 @@ Schema (under ``{prefix}``, default ``sr:v1``):
     demand:{model}|{client region}:{day}   hash    "{slot}:{metric}" -> integer count
                                                    (EXPIREAT end of day + retention)
     demand:index                            set     JSON ["model", "client region"] pairs
-    autoscaler:state                        string  the autoscaler's JSON state (fenced)
+    {control}:autoscaler:state              string  the autoscaler's JSON state (fenced;
+                                                    the lease's hash tag, live.lease)
 
 ``day`` is the UTC day number (unix seconds // 86400) and ``slot`` the bucket within
 it (seconds of the day // ``bucket_s``). Metrics: ``n`` requests, ``p`` prompt tokens,
@@ -25,13 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from base.errors import TableError
 from base.types import FloatArray
-from live.lease import Fence
+from live.keyspace import tagged
+from live.lease import CONTROL, Fence
+from live.redis_client import AnyPipeline, RedisClient
 from live.tables import run_pipeline
 
 __all__ = ["METRICS", "DemandRecord", "DemandSeries", "DemandTables"]
@@ -92,7 +93,7 @@ def _s(value: bytes | str) -> str:
 
 
 class DemandTables:
-    """Typed writer and reader of the demand tables over one ``redis.asyncio.Redis``.
+    """Typed writer and reader of the demand tables over one Redis client.
 
     ``bucket_s`` (seconds, a divisor of a day) is the recording resolution and
     ``retention_s`` how long a day's buckets are kept after it ends. Every async method
@@ -101,7 +102,7 @@ class DemandTables:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: RedisClient,
         prefix: str = "sr:v1",
         *,
         bucket_s: int = 60,
@@ -125,10 +126,10 @@ class DemandTables:
     @property
     def state_key(self) -> str:
         """Where the autoscaler's JSON state lives."""
-        return f"{self.prefix}:autoscaler:state"
+        return tagged(self.prefix, CONTROL, "autoscaler", "state")
 
     # -- writing -----------------------------------------------------------------------
-    def add(self, pipe: Pipeline, records: Iterable[DemandRecord]) -> None:
+    def add(self, pipe: AnyPipeline, records: Iterable[DemandRecord]) -> None:
         """Queue ``records`` on ``pipe`` (the gateway's flush pipeline), summed per
         bucket first: one HINCRBY per (key, slot, metric) touched. Additive: the caller
         must not queue a record twice. Records with a non-finite time are skipped."""
@@ -238,5 +239,5 @@ class DemandTables:
         except RedisError as exc:
             raise TableError(f"autoscaler state write failed: {exc}") from exc
 
-    async def _run(self, pipe: Pipeline) -> list[Any]:
+    async def _run(self, pipe: AnyPipeline) -> list[Any]:
         return await run_pipeline(pipe, "demand tables")

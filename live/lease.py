@@ -1,9 +1,12 @@
 """A leader lease in Redis with a fencing token, for sidecars of which only one may act.
 
-Schema (under ``{prefix}``, default ``sr:v1``):
+Schema (under ``{prefix}:{control}``, default prefix ``sr:v1``):
 
     lease:{name}         string  "{holder}|{token}", PX = the lease's TTL
     lease:{name}:fence   string  INCR counter: every new acquisition gets a larger token
+
+The hash tag ``{control}`` is shared with every fenced write's data (the price table,
+the autoscaler's state), so a fenced write is one script on one Redis Cluster node.
 
 Acquiring is ``SET NX PX`` followed by ``INCR`` of the fence counter, in one Lua call;
 renewing and releasing check that the lease still holds our exact "holder|token"
@@ -16,10 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from base.errors import TableError
+from live.keyspace import tagged
+from live.redis_client import RedisClient
+
+# The hash tag of the lease keys and of the data fenced writes protect.
+CONTROL = "control"
 
 _ACQUIRE_LUA = """
 local cur = redis.call('GET', KEYS[1])
@@ -67,14 +74,16 @@ class Lease:
     it (a third of it is usual). Every method raises TableError when Redis fails.
     """
 
-    def __init__(self, redis: Redis, name: str, holder: str, ttl_ms: int, prefix: str = "sr:v1"):
+    def __init__(
+        self, redis: RedisClient, name: str, holder: str, ttl_ms: int, prefix: str = "sr:v1"
+    ):
         if "|" in holder:
             raise ValueError("a lease holder id may not contain '|'")
         self.name = name
         self.holder = holder
         self.ttl_ms = ttl_ms
-        self.key = f"{prefix}:lease:{name}"
-        self._fence_key = f"{prefix}:lease:{name}:fence"
+        self.key = tagged(prefix, CONTROL, "lease", name)
+        self._fence_key = tagged(prefix, CONTROL, "lease", name, "fence")
         self._acquire = redis.register_script(_ACQUIRE_LUA)
         self._renew = redis.register_script(_RENEW_LUA)
         self._release = redis.register_script(_RELEASE_LUA)

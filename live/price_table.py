@@ -1,6 +1,7 @@
 """The normalised GPU price table in Redis, and each price feed's last status.
 
-Schema (under ``{prefix}``, default ``sr:v1``):
+Schema (under ``{prefix}:{control}``, default prefix ``sr:v1``; the lease's hash tag, so a
+fenced write is one script on one Redis Cluster node):
 
     prices:rows     hash   "{provider}|{region}|{instance_type}|{purchase}" -> PriceRow JSON
     prices:feeds    hash   feed name -> FeedStatus JSON
@@ -20,11 +21,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from base.errors import TableError
-from live.lease import Fence
+from live.keyspace import tagged
+from live.lease import CONTROL, Fence
+from live.redis_client import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +34,10 @@ FeedState = Literal["ok", "partial", "error", "skipped"]
 
 # Write rows and statuses only if the lease in KEYS[3] still holds ARGV[1]. ARGV[2] = 1
 # to replace every row, ARGV[3] = number of row pairs that follow, then status pairs.
+# KEYS: rows, feeds[, the lease key]; ARGV[1]: the fence's value ('' without KEYS[3]),
+# ARGV[2]: '1' to replace every row, ARGV[3]: row pair count, then rows and statuses.
 _FENCED_WRITE_LUA = """
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
+if #KEYS == 3 and redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
 if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
 local n = tonumber(ARGV[3])
 local i = 4
@@ -128,23 +132,23 @@ def _dump(value: Any) -> str:
 
 
 class PriceTable:
-    """Typed reader and writer of the price table over one ``redis.asyncio.Redis``.
+    """Typed reader and writer of the price table over one Redis client.
 
     Every method either completes or raises TableError; none retries by itself.
     """
 
-    def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
+    def __init__(self, redis: RedisClient, prefix: str = "sr:v1") -> None:
         self.redis = redis
         self.prefix = prefix
         self._fenced = redis.register_script(_FENCED_WRITE_LUA)
 
     @property
     def _rows(self) -> str:
-        return f"{self.prefix}:prices:rows"
+        return tagged(self.prefix, CONTROL, "prices", "rows")
 
     @property
     def _feeds(self) -> str:
-        return f"{self.prefix}:prices:feeds"
+        return tagged(self.prefix, CONTROL, "prices", "feeds")
 
     async def write(
         self,
@@ -162,22 +166,16 @@ class PriceTable:
         """
         row_pairs = [(str(r.key), _dump(r)) for r in rows]
         status_pairs = [(s.feed, _dump(s)) for s in statuses]
+        args: list[Any] = ["" if fence is None else fence.value, "1" if replace else "0"]
+        args.append(len(row_pairs))
+        for pair in (*row_pairs, *status_pairs):
+            args.extend(pair)
+        keys = [self._rows, self._feeds]
+        if fence is not None:
+            keys.append(fence.key)
         try:
-            if fence is not None:
-                args: list[Any] = [fence.value, "1" if replace else "0", len(row_pairs)]
-                for pair in (*row_pairs, *status_pairs):
-                    args.extend(pair)
-                keys = [self._rows, self._feeds, fence.key]
-                return bool(await self._fenced(keys=keys, args=args))
-            async with self.redis.pipeline(transaction=True) as pipe:
-                if replace:
-                    pipe.delete(self._rows)
-                if row_pairs:
-                    pipe.hset(self._rows, mapping=dict(row_pairs))
-                if status_pairs:
-                    pipe.hset(self._feeds, mapping=dict(status_pairs))
-                await pipe.execute()
-            return True
+            # A script, fenced or not: atomic on one server and on a cluster alike.
+            return bool(await self._fenced(keys=keys, args=args))
         except RedisError as exc:
             raise TableError(f"price table write failed: {exc}") from exc
 

@@ -2,22 +2,21 @@
 
 Schema (all keys under ``{prefix}``, default ``sr:v1``):
 
-    pool:{id}:stats      hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
-    pool:{id}:ttft       list   recent TTFT samples, ms (newest first, capped)
-    pool:{id}:tpot       list   recent TPOT samples, ms
-    pool:{id}:replicas   hash   ready, target, endpoints (JSON list of URLs)  (fleet/autoscaler)
-    pool:{id}:health     hash   router.health.HealthRecord, compare-and-set on version
-    pool:{id}:ejections  hash   replica base URL -> "<until unix ms> <reason>": replicas a
-                               gateway ejected for failed requests (expires whole)
-    price:{id}           hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
-                               [usd_per_hour, instance_type, purchase]
-    inflight:{replica}   hash   pool id -> requests in flight on that gateway replica (TTL)
-    replicas             zset   gateway replica id -> last heartbeat, unix ms
-    events               pub/sub channel: a table changed, refresh the snapshot now
+    pool:{<id>}:stats     hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
+    pool:{<id>}:ttft      list   recent TTFT samples, ms (newest first, capped)
+    pool:{<id>}:tpot      list   recent TPOT samples, ms
+    pool:{<id>}:replicas  hash   ready, target, endpoints (JSON list of URLs)  (fleet/autoscaler)
+    pool:{<id>}:health    hash   router.health.HealthRecord, compare-and-set on version
+    pool:{<id>}:ejections hash   replica base URL -> "<until unix ms> <reason>": replicas a
+                                 gateway ejected for failed requests (expires whole)
+    price:{<id>}          hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
+                                 [usd_per_hour, instance_type, purchase]
+    {inflight}:…          requests in flight per gateway replica and summed (live.inflight)
+    events                pub/sub channel: a table changed, refresh the snapshot now
 
-Each gateway replica writes its own absolute in-flight counts under its own key with a
-short TTL, so a replica that dies takes its counts with it and nothing can drift
-negative; readers sum the live replicas' shares.
+A pool's keys share the hash tag ``{<id>}`` (one Redis Cluster slot per pool). Each
+gateway replica writes its own absolute in-flight counts, so a replica that dies takes
+its counts with it once its heartbeat is stale and nothing can drift negative.
 """
 
 from __future__ import annotations
@@ -30,12 +29,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from base.errors import TableError
 from live import table_scripts
+from live.inflight import InflightTable
+from live.redis_client import AnyPipeline, RedisClient, queue_script
 from live.replica_health import ReplicaEjection, parse_ejections
 from router.health import HealthRecord
 from router.snapshot import EWMA_ALPHA, PoolRow
@@ -109,38 +108,33 @@ def _percentiles(samples: list[str]) -> tuple[float, float]:
 
 
 class LiveTables:
-    """Typed reader and writer of the live tables over one ``redis.asyncio.Redis``.
+    """Typed reader and writer of the live tables over one Redis client (one server or
+    a cluster, ``live.redis_client``).
 
     Every method either completes or raises TableError (from the redis exception);
     none retries by itself: the caller's background loop decides.
     """
 
-    def __init__(self, redis: Redis, prefix: str = "sr:v1") -> None:
+    def __init__(self, redis: RedisClient, prefix: str = "sr:v1") -> None:
         self.redis = redis
         self.prefix = prefix
         self._ewma = redis.register_script(table_scripts.EWMA_LUA)
-        self._inflight = redis.register_script(table_scripts.INFLIGHT_LUA)
         self._rtt = redis.register_script(table_scripts.RTT_LUA)
         self._health_cas = redis.register_script(table_scripts.HEALTH_CAS_LUA)
+        self._announce = redis.register_script(table_scripts.ANNOUNCE_LUA)
+        self.inflight = InflightTable(redis, prefix)
 
     # -- key spelling -------------------------------------------------------------------
     def _pool(self, pool_id: str, table: str) -> str:
-        return f"{self.prefix}:pool:{pool_id}:{table}"
+        return f"{self.prefix}:pool:{{{pool_id}}}:{table}"
 
     def _price(self, pool_id: str) -> str:
-        return f"{self.prefix}:price:{pool_id}"
-
-    def _inflight_key(self, replica_id: str) -> str:
-        return f"{self.prefix}:inflight:{replica_id}"
+        return f"{self.prefix}:price:{{{pool_id}}}"
 
     @property
     def events_channel(self) -> str:
         """The pub/sub channel that announces table changes."""
         return f"{self.prefix}:events"
-
-    @property
-    def _replicas(self) -> str:
-        return f"{self.prefix}:replicas"
 
     # -- the gateway's batched write -----------------------------------------------------
     async def flush(
@@ -151,7 +145,7 @@ class LiveTables:
         inflight: Mapping[str, int],
         inflight_ttl_ms: int,
         observations: Mapping[str, PoolObservations],
-        extra: Callable[[Pipeline], None] | None = None,
+        extra: Callable[[AnyPipeline], None] | None = None,
     ) -> None:
         """Write one gateway replica's in-flight counts and observations in ONE round-trip.
         ``extra`` may queue more commands on the same pipeline (usage records).
@@ -160,12 +154,7 @@ class LiveTables:
         Observations are additive: flushing the same batch twice counts it twice.
         """
         pipe = self.redis.pipeline(transaction=False)
-        key = self._inflight_key(replica_id)
-        if inflight:
-            pipe.hset(key, mapping={k: str(v) for k, v in inflight.items()})
-        pipe.pexpire(key, inflight_ttl_ms)
-        pipe.zadd(self._replicas, {replica_id: now_ms})
-        pipe.zremrangebyscore(self._replicas, "-inf", now_ms - 10 * inflight_ttl_ms)
+        await self.inflight.queue_flush(pipe, replica_id, inflight, now_ms, inflight_ttl_ms)
         for pool_id, obs in observations.items():
             n_ttft, n_tpot = len(obs.ttft_ms), len(obs.tpot_ms)
             args: list[Any] = [
@@ -178,7 +167,7 @@ class LiveTables:
                 obs.errors,
                 now_ms,
             ]
-            await self._ewma(keys=[self._pool(pool_id, "stats")], args=args, client=pipe)
+            await queue_script(pipe, self._ewma, [self._pool(pool_id, "stats")], args)
             for table, samples in (("ttft", obs.ttft_ms), ("tpot", obs.tpot_ms)):
                 if samples:
                     pipe.lpush(self._pool(pool_id, table), *(f"{s:.3f}" for s in samples))
@@ -194,8 +183,7 @@ class LiveTables:
         """Remove this replica's in-flight share at once (graceful shutdown). Idempotent."""
         try:
             pipe = self.redis.pipeline(transaction=False)
-            pipe.delete(self._inflight_key(replica_id))
-            pipe.zrem(self._replicas, replica_id)
+            await self.inflight.queue_release(pipe, replica_id, int(time.time() * 1000))
             await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"release failed: {exc}") from exc
@@ -220,11 +208,7 @@ class LiveTables:
         """
         ids = list(pool_ids)
         pipe = self.redis.pipeline(transaction=False)
-        await self._inflight(
-            keys=[self._replicas],
-            args=[now_ms - replica_ttl_ms, f"{self.prefix}:inflight:", exclude_replica],
-            client=pipe,
-        )
+        await self.inflight.queue_read(pipe, exclude_replica, now_ms, replica_ttl_ms)
         for pid in ids:
             pipe.hgetall(self._pool(pid, "stats"))
             if with_samples:
@@ -238,8 +222,7 @@ class LiveTables:
             results = await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"snapshot read failed: {exc}") from exc
-        flat = [_s(x) for x in results[0]]
-        inflight = {flat[i]: float(flat[i + 1]) for i in range(0, len(flat), 2)}
+        inflight = InflightTable.parse(results[0])
         rows: dict[str, PoolRow] = {}
         for n, pid in enumerate(ids):
             stride = 7 if with_samples else 5
@@ -281,10 +264,9 @@ class LiveTables:
     async def read_own_inflight(self, replica_id: str) -> dict[str, int]:
         """This replica's last flushed in-flight share (used to re-sync after a restart)."""
         try:
-            raw = await self.redis.hgetall(self._inflight_key(replica_id))
+            return await self.inflight.own(replica_id, self.redis)
         except RedisError as exc:
             raise TableError(f"read failed: {exc}") from exc
-        return {_s(k): int(float(_s(v))) for k, v in raw.items()}
 
     # -- fleet, health and price writers --------------------------------------------------
     async def record_rtt(self, rtt_ms: Mapping[str, float]) -> None:
@@ -292,7 +274,7 @@ class LiveTables:
         EWMA per pool. Additive like observations: each call is one more sample."""
         pipe = self.redis.pipeline(transaction=False)
         for pool_id, ms in rtt_ms.items():
-            await self._rtt(keys=[self._pool(pool_id, "stats")], args=[EWMA_ALPHA, ms], client=pipe)
+            await queue_script(pipe, self._rtt, [self._pool(pool_id, "stats")], [EWMA_ALPHA, ms])
         try:
             await _execute(pipe)
         except RedisError as exc:
@@ -320,29 +302,26 @@ class LiveTables:
         every gateway from its next snapshot. Idempotent. Raises TableError."""
         key = self._pool(pool_id, "replicas")
         field_name = _DRAINED + address.rstrip("/")
-        pipe = self.redis.pipeline(transaction=False)
-        if drained:
-            pipe.hset(key, field_name, str(int(time.time())))
-        else:
-            pipe.hdel(key, field_name)
-        pipe.publish(self.events_channel, key)  # gateways refresh at once
+        args = ["set", field_name, str(int(time.time()))] if drained else ["del", field_name]
         try:
-            await _execute(pipe)
+            # Announced in the same script: gateways refresh at once.
+            await self._announce(keys=[key], args=[self.events_channel, *args])
         except RedisError as exc:
             raise TableError(f"replica drain write failed: {exc}") from exc
 
-    def add_replica_ejections(self, pipe: Pipeline, ejections: Sequence[ReplicaEjection]) -> None:
+    def add_replica_ejections(
+        self, pipe: AnyPipeline, ejections: Sequence[ReplicaEjection]
+    ) -> None:
         """Queue on ``pipe`` (the gateway's flush) the replicas this gateway ejected, so
         every gateway leaves them out until ``until_s``. The last writer of a replica wins;
-        each hash expires whole once its latest ejection is over, so nothing accumulates."""
+        each hash expires whole once its latest ejection is over, so nothing accumulates.
+        One EVAL of the script text per ejection (rare), announced inside it: it needs no
+        script cache and no PUBLISH of its own in a cluster pipeline."""
         for e in ejections:
-            key = self._pool(e.pool_id, "ejections")
-            pipe.hset(key, e.address, e.field_value())
-            # A hash without a TTL counts as never expiring for GT: give it one first.
-            pipe.expire(key, 1, nx=True)
-            pipe.pexpireat(key, int(e.until_s * 1000) + 1000, gt=True)
-        if ejections:
-            pipe.publish(self.events_channel, "ejections")  # gateways refresh at once
+            pipe.eval(
+                table_scripts.EJECT_LUA, 1, self._pool(e.pool_id, "ejections"),
+                self.events_channel, e.address, e.field_value(), int(e.until_s * 1000) + 1000,
+            )  # fmt: skip
 
     async def read_health(self, pool_id: str) -> HealthRecord:
         """A pool's shared health record (the default HEALTHY record if none)."""
@@ -367,11 +346,11 @@ class LiveTables:
             if new is None:
                 return None
             new = replace(new, version=current.version + 1)
-            flat: list[str] = [str(current.version)]
+            flat: list[str] = [self.events_channel, str(current.version)]
             for field_name, value in new.to_fields().items():
                 flat += [field_name, value]
             try:
-                won = await self._health_cas(keys=[key, self.events_channel], args=flat)
+                won = await self._health_cas(keys=[key], args=flat)
             except RedisError as exc:
                 raise TableError(f"health write failed: {exc}") from exc
             if won:
@@ -393,12 +372,11 @@ class LiveTables:
         await self._write(self._price(pool_id), mapping)
 
     async def _write(self, key: str, mapping: Mapping[str, str]) -> None:
+        args: list[str] = [self.events_channel, "set"]
+        for name, value in mapping.items():
+            args += [name, value]
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            fields: dict[Any, Any] = dict(mapping)
-            pipe.hset(key, mapping=fields)
-            pipe.publish(self.events_channel, key)
-            await _execute(pipe)
+            await self._announce(keys=[key], args=args)
         except RedisError as exc:
             raise TableError(f"write {key} failed: {exc}") from exc
 
@@ -416,7 +394,7 @@ class LiveTables:
             raise TableError(f"clear failed: {exc}") from exc
 
 
-async def _execute(pipe: Pipeline) -> list[Any]:
+async def _execute(pipe: AnyPipeline) -> list[Any]:
     # Reset in every case, so a failed pipeline gives its connection back to the pool.
     try:
         result: list[Any] = await pipe.execute()
@@ -425,7 +403,7 @@ async def _execute(pipe: Pipeline) -> list[Any]:
         await pipe.reset()  # type: ignore[no-untyped-call]
 
 
-async def run_pipeline(pipe: Pipeline, what: str) -> list[Any]:
+async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
     """Execute ``pipe`` and give its connection back whatever happens; a Redis failure
     becomes TableError("{what}: ...")."""
     try:

@@ -2,11 +2,18 @@
 gateway worker, non-streaming and streaming, closed and open loop. Prints numbers only.
 
     python loadtests/bench_overhead.py [--quick] [--tracing] [--json out.json]
-        [--replicas N] [--prefix-affinity] [--prompt-chars C]
+        [--replicas N] [--prefix-affinity] [--prompt-chars C] [--redis-cluster]
 
 Everything runs on 127.0.0.1: one engine at ``--time-scale 0`` (answers at once, so the
 gateway's own cost dominates), Redis (``SKYROUTE_REDIS_URL`` or an embedded one) and one
 ``skyroute serve`` worker whose policy has 6 pools on aws/gcp/azure, all on that engine.
+
+``--redis-cluster`` starts a local 3-master Redis Cluster instead of one Redis; every
+gateway phase also reports the Redis commands it caused per request (INFO commandstats
+deltas over every node, commands run inside scripts included). The gateway keeps its
+store (the ledger the usage consumer writes) in a SQLite file of the run's own.
+``loadtests/bench_redis_replicas.py`` measures Redis commands/s against simulated gateway
+replicas at a fixed total load.
 
 ``--busy-cpus`` keeps every CPU out of its idle states with one lowest-priority (nice 19)
 spinner per CPU, bounded in time. On these VMs a process woken from an idle CPU starts
@@ -44,7 +51,8 @@ import psutil
 import uvloop
 import yaml
 
-from skyroute.embedded_redis import EmbeddedRedis, free_port
+from live.redis_client import commands_run, connect
+from skyroute.embedded_redis import EmbeddedRedis, EmbeddedRedisCluster, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "bench-model"
@@ -98,6 +106,7 @@ class Result:
     loadgen_cpu_ms_per_req: float = 0.0
     pools: dict[str, int] = field(default_factory=dict)
     first_error: str = ""
+    redis_cmds_per_req: float | None = None
 
 
 def write_policy(path: Path, engine_urls: list[str], prefix_affinity: bool = False) -> None:
@@ -293,18 +302,23 @@ async def measure(
     gateway: psutil.Process, engine: psutil.Process,
 ) -> Result:  # fmt: skip
     me = psutil.Process()
+    redis = connect(args.redis_url) if target == "gateway" else None
     connector = aiohttp.TCPConnector(limit=args.concurrency, keepalive_timeout=60)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await closed_loop(session, load, args.concurrency, args.warmup)
         if load.pools is not None:
             load.pools.clear()
+        r0 = await commands_run(redis) if redis is not None else 0
         g0, e0, m0 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
         if scenario.startswith("closed"):
             t = await closed_loop(session, load, args.concurrency, args.duration)
         else:
             t = await open_loop(session, load, args.rate, args.duration)
         g1, e1, m1 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
+        r1 = await commands_run(redis) if redis is not None else 0
+    if redis is not None:
+        await redis.aclose()
     n = max(len(t.lat), 1)
     p50, p99 = np.percentile(np.array(t.lat or [0.0]) * 1000.0, [50, 99])
     return Result(
@@ -315,6 +329,7 @@ async def measure(
         engine_cpu_ms_per_req=round((e1 - e0) * 1000 / n, 4),
         loadgen_cpu_ms_per_req=round((m1 - m0) * 1000 / n, 4),
         pools=dict(load.pools or {}), first_error=t.first_error,
+        redis_cmds_per_req=round((r1 - r0) / n, 2) if redis is not None else None,
     )  # fmt: skip
 
 
@@ -356,11 +371,12 @@ def report(
 
     shape = {"closed": f"closed c={args.concurrency}", "open": f"open {args.rate:g}/s"}
     cols = ["scenario", "target", "req/s", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms",
-            "gw CPU ms/req", "errors"]  # fmt: skip
+            "gw CPU ms/req", "redis cmd/req", "errors"]  # fmt: skip
     rows = [
         [f"{shape[r.scenario.split('_')[0]]} {r.scenario.split('_')[1]}", r.target,
          f"{r.rps:.0f}", f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", fmt(r.added_p50_ms),
-         fmt(r.added_p99_ms), fmt(r.gw_cpu_ms_per_req, ".3f"), str(r.errors)]
+         fmt(r.added_p99_ms), fmt(r.gw_cpu_ms_per_req, ".3f"), fmt(r.redis_cmds_per_req),
+         str(r.errors)]
         for r in results
     ]  # fmt: skip
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
@@ -415,6 +431,9 @@ def main() -> None:
         "--prefix-affinity", action="store_true", help="the model's prefix_affinity on"
     )
     parser.add_argument(
+        "--redis-cluster", action="store_true", help="a local 3-master Redis Cluster"
+    )
+    parser.add_argument(
         "--busy-cpus", action="store_true", help="a nice-19 spinner per CPU: no idle wake-ups"
     )
     args = parser.parse_args()
@@ -425,13 +444,17 @@ def main() -> None:
 
     procs: list[subprocess.Popen[bytes]] = []
     sink: multiprocessing.process.BaseProcess | None = None
-    redis: EmbeddedRedis | None = None
+    redis: EmbeddedRedis | EmbeddedRedisCluster | None = None
     tmp = tempfile.TemporaryDirectory(prefix="skyroute-bench-")
     try:
         redis_url = os.environ.get("SKYROUTE_REDIS_URL")
-        if not redis_url:
+        if args.redis_cluster:
+            redis = EmbeddedRedisCluster()
+            redis_url = redis.start()
+        elif not redis_url:
             redis = EmbeddedRedis()
             redis_url = redis.start()
+        args.redis_url = redis_url
         engine_port, gw_port = free_port(), free_port()
         engine_url, gw_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gw_port}"
         policy = Path(tmp.name) / "bench-policy.yaml"
@@ -446,6 +469,7 @@ def main() -> None:
             "SKYROUTE_ADMIN_TOKEN": admin_token,
             "SKYROUTE_POLICY": str(policy), "SKYROUTE_LOG_LEVEL": "WARNING",
             "SKYROUTE_REDIS_PREFIX": f"bench{secrets.token_hex(4)}",
+            "SKYROUTE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp.name}/store.db",
             "OTEL_TRACES_EXPORTER": "none",
         }  # fmt: skip
         sink_url = ""

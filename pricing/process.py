@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
-from redis.asyncio import Redis
 
 from base.errors import PriceFeedError
 from live.lease import Lease
 from live.policy_file import PolicySource
 from live.price_table import PriceTable
+from live.redis_client import RedisClient, connect
 from live.tables import LiveTables
 from pricing.catalog import Catalog
 from pricing.feeds import build_feeds
@@ -37,7 +37,7 @@ class PriceProcess:
 
     settings: PriceFeedSettings
     policy: Policy
-    redis: Redis
+    redis: RedisClient
     table: PriceTable
     refresher: Refresher
     lease: Lease
@@ -68,7 +68,7 @@ async def open_process(settings: PriceFeedSettings) -> AsyncIterator[PriceProces
     policy = policies.policy
     catalog = Catalog.builtin()
     feeds = build_feeds(settings, policy, settings.policy, catalog)
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect(settings.redis_url)
     registry = CollectorRegistry()
     metrics = PriceMetrics(registry)
     table = PriceTable(redis, settings.redis_prefix)

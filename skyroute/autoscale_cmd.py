@@ -20,13 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
-
 from autoscaler.profile import measure_profile
 from autoscaler.settings import AutoscalerSettings
 from autoscaler.sidecar import Sidecar, SidecarOptions
 from base.errors import CommandError, SkyrouteError
 from live.policy_file import PolicySource
+from live.redis_client import connect
 from skyroute import logs
 from skyroute.embedded_redis import redis_url_or_embedded
 
@@ -55,7 +54,7 @@ def _options(settings: AutoscalerSettings) -> SidecarOptions:
 async def _autoscale(
     settings: AutoscalerSettings, policies: PolicySource, url: str, once: bool
 ) -> int:
-    redis = Redis.from_url(url)
+    redis = connect(url)
     sidecar = Sidecar(
         policies.policy, redis, settings.cloud_config(), settings.scaler_config(),
         _options(settings),

@@ -34,10 +34,10 @@ from importlib import resources
 from pathlib import Path
 
 from pydantic import SecretStr
-from redis.asyncio import Redis
 
 from gateway.settings import GatewaySettings
 from live.policy_file import load_policy
+from live.redis_client import connect
 from live.tables import LiveTables
 from router.policy import Policy, PoolSpec
 from simengine.perf_model import profile_name
@@ -137,7 +137,7 @@ def fleet(
 async def publish_fleet(policy: Policy, redis_url: str, prefix: str) -> None:
     """Write each fixed pool's ready replicas (one per running endpoint) to the live
     tables; the autoscaler publishes those of the pools it manages."""
-    redis = Redis.from_url(redis_url)
+    redis = connect(redis_url)
     try:
         tables = LiveTables(redis, prefix=prefix)
         for pool in policy.pools:

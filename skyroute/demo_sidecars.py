@@ -22,8 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from redis.asyncio import Redis
-
+from live.redis_client import connect
 from live.tables import LiveTables
 from router.policy import Policy
 
@@ -81,7 +80,7 @@ async def _wait_rows(
     logs: list[Path],
 ) -> None:
     """Poll the live tables until ``ok(price, ready replicas)`` holds for every pool."""
-    redis = Redis.from_url(redis_url)
+    redis = connect(redis_url)
     deadline = time.monotonic() + _START_TIMEOUT_S
     try:
         tables = LiveTables(redis, prefix=prefix)

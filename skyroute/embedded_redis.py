@@ -13,7 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -46,8 +46,10 @@ def free_port() -> int:
 class EmbeddedRedis:
     """A redis-server child process. Use as a context manager, or start()/stop()."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, extra_args: Sequence[str] = ()) -> None:
         self.port = port or free_port()
+        # More redis-server options, e.g. ("--cluster-enabled", "yes") or a maxmemory.
+        self.extra_args = tuple(extra_args)
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -70,6 +72,7 @@ class EmbeddedRedis:
             "--appendonly", "no",
             "--dir", self._dir.name,
             "--loglevel", "warning",
+            *self.extra_args,
         ]  # fmt: skip
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout_s
@@ -127,6 +130,86 @@ def redis_url_or_embedded(url: str | None) -> Iterator[str]:
     with EmbeddedRedis() as embedded:
         logger.info("SKYROUTE_REDIS_URL unset: started embedded redis at %s", embedded.url)
         yield embedded.url
+
+
+class EmbeddedRedisCluster:
+    """A Redis Cluster of ``masters`` redis-server children on 127.0.0.1, no replicas,
+    the 16384 slots split evenly (tests and benchmarks). Use as a context manager."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.nodes: list[EmbeddedRedis] = []
+        self.masters = masters
+
+    @property
+    def url(self) -> str:
+        """The ``redis+cluster://`` URL of this cluster (every node as a seed)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self, timeout_s: float = 20.0) -> str:
+        """Start the nodes, assign the slots, join them and wait until every node says
+        ``cluster_state:ok``. Returns the URL. Raises RuntimeError on a timeout."""
+        import redis  # noqa: PLC0415 - only the cluster needs the client here
+
+        try:
+            for _ in range(self.masters):
+                # The cluster bus listens on port + 10000: it must exist and be free.
+                port = free_port()
+                while port > 55000 or not _free(port + 10000):
+                    port = free_port()
+                node = EmbeddedRedis(port, ("--cluster-enabled", "yes",
+                                            "--cluster-config-file", "nodes.conf"))  # fmt: skip
+                node.start(timeout_s)
+                self.nodes.append(node)
+            clients = [redis.Redis(port=n.port, socket_timeout=5) for n in self.nodes]
+            per = 16384 // self.masters
+            for i, client in enumerate(clients):
+                last = 16383 if i == self.masters - 1 else (i + 1) * per - 1
+                client.execute_command("CLUSTER ADDSLOTSRANGE", i * per, last)  # type: ignore[no-untyped-call]
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)  # type: ignore[no-untyped-call]
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                infos = [c.execute_command("CLUSTER INFO") for c in clients]  # type: ignore[no-untyped-call]
+                if all(
+                    i.get("cluster_state") == "ok"
+                    and int(i.get("cluster_known_nodes", 0)) == self.masters
+                    for i in infos
+                ):
+                    for c in clients:
+                        c.close()
+                    return self.url
+                time.sleep(0.05)
+            raise RuntimeError("embedded redis cluster did not reach cluster_state:ok")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every node. Idempotent."""
+        for node in self.nodes:
+            node.stop()
+        self.nodes = []
+
+    def __enter__(self) -> EmbeddedRedisCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _server_pid(port: int) -> int | None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from redis.asyncio import Redis
-
+from live.redis_client import connect
 from live.tables import LiveTables
 from router.compiled import CompiledPolicy
 from router.scoring import Ranking, RouteRequest, rank
@@ -17,7 +16,7 @@ from skyroute.columns import cell
 
 async def live_snapshot(policy: CompiledPolicy, redis_url: str, prefix: str) -> Snapshot:
     """Read the live tables once into a Snapshot. Raises TableError."""
-    redis = Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    redis = connect(redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
         now = time.time()
         rows = await LiveTables(redis, prefix=prefix).read(

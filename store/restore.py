@@ -87,6 +87,7 @@ class RestoreLoop:
         self.interval_s = interval_s
         self.on_restored = on_restored
         self.restores = 0
+        self.raised_spend = 0
         self._wake = asyncio.Event()
 
     def poke(self) -> None:
@@ -94,8 +95,18 @@ class RestoreLoop:
         self._wake.set()
 
     async def check_once(self) -> bool:
-        """One check; True if it refilled. Raises TableError or StoreError."""
-        if not await restore(self.store, self.tables, self.clock()):
+        """One check; True if it refilled. Raises TableError or StoreError.
+
+        When Redis still holds the refill, spend counters it lost one by one (eviction)
+        are raised back to the store's figures instead (``AccessRefill.raise_spend``),
+        so a budget never starts over."""
+        now = self.clock()
+        if not await restore(self.store, self.tables, now):
+            spend = await self.store.ledger.spend(period_ids(now))
+            raised = await AccessRefill(self.tables).raise_spend(spend)
+            if raised:
+                self.raised_spend += raised
+                logger.warning("redis had lost %d spend counters; raised to the store's", raised)
             return False
         self.restores += 1
         if self.on_restored is not None:

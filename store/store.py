@@ -104,11 +104,16 @@ class Store:
                 )
         return bool(found)
 
-    async def keys(self, tenant: str | None = None) -> list[StoredKey]:
-        """Every key (of ``tenant``, if given), revoked and expired ones included, by id."""
+    async def keys(
+        self, tenant: str | None = None, *, digest: str | None = None
+    ) -> list[StoredKey]:
+        """Every key (of ``tenant``, or with SHA-256 hex ``digest``, if given), revoked
+        and expired ones included, by id."""
         query = sa.select(api_keys).order_by(api_keys.c.key_id)
         if tenant is not None:
             query = query.where(api_keys.c.tenant == tenant)
+        if digest is not None:
+            query = query.where(api_keys.c.digest == digest)
         with store_errors("read keys"):
             async with self.engine.connect() as conn:
                 rows = (await conn.execute(query)).all()

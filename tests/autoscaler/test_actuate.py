@@ -87,7 +87,7 @@ class World:
     def health(self, pool: str) -> str:
         """The pool's shared health state, read now (from the cloud's callback thread)."""
         with sync_redis.Redis.from_url(self.target.url, decode_responses=True) as client:
-            state = client.hget(f"{self.prefix}:pool:{pool}:health", "state")
+            state = client.hget(f"{self.prefix}:pool:{{{pool}}}:health", "state")
         return str(state or "healthy")
 
     def run(

@@ -53,7 +53,7 @@ def _published(target: RedisTarget, doc: dict[str, Any], cloud: CloudConfig) -> 
         sidecar = Sidecar(make_policy([doc]), redis, cloud, config(), options)
         try:
             await sidecar.publish_replicas()
-            raw = await redis.hget(f"{target.prefix}:pool:{doc['id']}:replicas", "endpoints")
+            raw = await redis.hget(f"{target.prefix}:pool:{{{doc['id']}}}:replicas", "endpoints")
         finally:
             sidecar.close()
             await redis.aclose()

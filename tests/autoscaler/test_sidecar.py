@@ -47,7 +47,7 @@ def _cycle(
             if lead:
                 await sidecar.leadership.tick()
             result = await sidecar.cycle(act=True)
-            replicas = await redis.hgetall(f"{target.prefix}:pool:{POOL}:replicas")
+            replicas = await redis.hgetall(f"{target.prefix}:pool:{{{POOL}}}:replicas")
             state = await sidecar.demand.load_state()
             return result, _text(replicas), state
         finally:
@@ -118,7 +118,7 @@ def test_a_pool_without_a_scaling_section_is_planned_but_left_alone(target: Redi
             await _record_demand(sidecar.demand, 2500.0)
             await sidecar.leadership.tick()
             result = await sidecar.cycle(act=True)
-            return result, _text(await redis.hgetall(f"{target.prefix}:pool:{POOL}:replicas"))
+            return result, _text(await redis.hgetall(f"{target.prefix}:pool:{{{POOL}}}:replicas"))
         finally:
             sidecar.close()
             await redis.aclose()

@@ -43,7 +43,7 @@ def _record_demand(target: RedisTarget, tokens_per_s: float) -> None:
 
 def _state(target: RedisTarget) -> ScalerState | None:
     with sync_redis.Redis.from_url(target.url, decode_responses=True) as client:
-        raw = client.get(f"{target.prefix}:autoscaler:state")
+        raw = client.get(f"{target.prefix}:{{control}}:autoscaler:state")
     return None if raw is None else ScalerState.from_json(str(raw))
 
 

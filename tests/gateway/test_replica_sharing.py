@@ -87,7 +87,7 @@ def test_an_ejection_written_by_one_gateways_flush_reaches_anothers_snapshot(
                 extra=lambda pipe: tables.add_replica_ejections(pipe, [ejection]),
             )  # fmt: skip
             rows = await tables.read([POOL], int(wall * 1000), 2000, "gw-b", with_samples=False)
-            ttl_ms = await redis.pttl(f"{tables.prefix}:pool:{POOL}:ejections")
+            ttl_ms = await redis.pttl(f"{tables.prefix}:pool:{{{POOL}}}:ejections")
         finally:
             await redis.aclose()
         assert 29_000 < ttl_ms <= 31_000  # expires once the ejection is over

@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
-from redis.asyncio import Redis
 
+from live.redis_client import RedisClient, connect
 from live.tables import LiveTables
+from skyroute.embedded_redis import EmbeddedRedisCluster
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,10 @@ class RedisTarget:
     url: str
     prefix: str
 
-    def client(self) -> Redis:
-        """A new client; the caller must ``await client.aclose()``."""
-        return Redis.from_url(self.url)
+    def client(self) -> RedisClient:
+        """A new client (one server or a cluster, by the URL); the caller must
+        ``await client.aclose()``."""
+        return connect(self.url)
 
     @asynccontextmanager
     async def tables(self) -> AsyncIterator[LiveTables]:
@@ -67,3 +69,17 @@ def target(live_redis: RedisTarget) -> RedisTarget:
 def prefix(live_redis: RedisTarget) -> str:
     """Only the key prefix of ``live_redis`` (the price-table and lease tests use it)."""
     return live_redis.prefix
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A 3-master Redis Cluster on free ports, started from the redis-server binary for
+    the session and stopped after it (``redis+cluster://`` URL)."""
+    with EmbeddedRedisCluster(masters=3) as cluster:
+        yield cluster.url
+
+
+@pytest.fixture
+def cluster(redis_cluster_url: str) -> RedisTarget:
+    """The session's cluster and a fresh key prefix (every test's keys differ)."""
+    return RedisTarget(url=redis_cluster_url, prefix=f"srtest:{uuid.uuid4().hex}")

@@ -241,7 +241,7 @@ def test_tpm_correction_after_the_bucket_expired_leaves_it_full(live_redis: Redi
         await setup(tables, tpm=100)
         await tables.admit(DIGEST, NOW, 60)
         # What PEXPIRE does 120 s after that admission, while the request still runs.
-        await redis.delete(f"{live_redis.prefix}:bucket:{TENANT}:tpm")
+        await redis.delete(f"{live_redis.prefix}:{{access}}:bucket:{TENANT}:tpm")
         await add(tables, redis, [record(prompt=10, completion=40, est_tokens=60)])
         return (await tables.admit(DIGEST, NOW + 180, 60)).code
 
@@ -302,7 +302,7 @@ def test_a_budget_counts_only_the_spend_of_its_period(
 def test_budgets_are_written_in_nano_usd(live_redis: RedisTarget) -> None:
     async def body(tables: AccessTables, redis: Redis) -> Any:
         await setup(tables, budget_usd=1.25)
-        return await redis.hget(f"{live_redis.prefix}:limits:{TENANT}", "budget_nusd")
+        return await redis.hget(f"{live_redis.prefix}:{{access}}:limits:{TENANT}", "budget_nusd")
 
     assert run(live_redis, body) == str(round(1.25 * NANO)).encode()
 
@@ -379,7 +379,10 @@ def test_usage_covers_only_the_hours_asked_for(live_redis: RedisTarget) -> None:
 def test_spend_accumulates_in_every_period_of_a_record(live_redis: RedisTarget) -> None:
     async def body(tables: AccessTables, redis: Redis) -> list[Any]:
         await add(tables, redis, [record(cost_nusd=40), record(cost_nusd=2)])
-        return [await redis.get(f"{live_redis.prefix}:spend:{TENANT}:{p}") for p in period_ids(NOW)]
+        return [
+            await redis.get(f"{live_redis.prefix}:{{access}}:spend:{TENANT}:{p}")
+            for p in period_ids(NOW)
+        ]
 
     assert run(live_redis, body) == [b"42", b"42", b"42"]
 

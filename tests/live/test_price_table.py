@@ -71,7 +71,7 @@ def test_write_with_a_stale_fence_is_refused(redis_url: str, prefix: str) -> Non
 def test_undecodable_row_is_skipped(redis_url: str, prefix: str) -> None:
     async def scenario(table: PriceTable, client: Redis) -> Any:
         await table.write([ROW], [])
-        await client.hset(f"{prefix}:prices:rows", "x|y|z|w", "{not json")
+        await client.hset(f"{prefix}:{{control}}:prices:rows", "x|y|z|w", "{not json")
         return await table.read_rows()
 
     assert list(run(_with_table(redis_url, prefix, scenario))) == [ROW.key]
@@ -102,4 +102,4 @@ def test_fence_names_the_lease_key(redis_url: str, prefix: str) -> None:
 
     fence = run(_with_table(redis_url, prefix, scenario))
 
-    assert fence is not None and fence.key == f"{prefix}:lease:prices"
+    assert fence is not None and fence.key == f"{prefix}:{{control}}:lease:prices"

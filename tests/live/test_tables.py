@@ -79,14 +79,43 @@ def test_replica_with_a_stale_heartbeat_is_not_counted(live_redis: RedisTarget) 
     async def scenario(tables: LiveTables) -> Any:
         await _flush(tables, "gw-live", {POOL: 3})
         await _flush(tables, "gw-stale", {POOL: 40}, now_ms=NOW_MS - 30_000)
-        short = await _read(tables, replica_ttl_ms=5_000)
         long = await _read(tables, replica_ttl_ms=60_000)
-        return short, long
+        short = await _read(tables, replica_ttl_ms=5_000)
+        after = await _read(tables, replica_ttl_ms=60_000)
+        return long, short, after
 
-    short, long = _run(live_redis, scenario)
+    long, short, after = _run(live_redis, scenario)
 
+    assert long[POOL].inflight == 43
     assert short[POOL].inflight == 3
-    assert long[POOL].inflight == 43  # the stale share is still stored, only skipped
+    assert after[POOL].inflight == 3  # the dead share left the sum for good
+
+
+def test_a_dead_replica_that_flushes_again_counts_again(live_redis: RedisTarget) -> None:
+    async def scenario(tables: LiveTables) -> Any:
+        await _flush(tables, "gw-a", {POOL: 3})
+        await _flush(tables, "gw-b", {POOL: 5}, now_ms=NOW_MS - 30_000)
+        await _read(tables, replica_ttl_ms=5_000)  # reaps gw-b
+        await _flush(tables, "gw-b", {POOL: 5})
+        return await _read(tables)
+
+    assert _run(live_redis, scenario)[POOL].inflight == 8
+
+
+def test_inflight_sum_lost_to_eviction_is_rebuilt_not_skewed(live_redis: RedisTarget) -> None:
+    async def scenario(tables: LiveTables) -> Any:
+        await _flush(tables, "gw-a", {POOL: 3})
+        await _flush(tables, "gw-b", {POOL: 4})
+        await tables.redis.delete(tables.inflight.keys[1])  # as maxmemory eviction would
+        await _flush(tables, "gw-a", {POOL: 2})
+        first = await _read(tables)
+        await _flush(tables, "gw-b", {POOL: 4})
+        return first, await _read(tables)
+
+    first, second = _run(live_redis, scenario)
+
+    assert first[POOL].inflight == 2  # gw-b's share went with the group: not yet back
+    assert second[POOL].inflight == 6
 
 
 def test_reader_can_leave_out_its_own_share(live_redis: RedisTarget) -> None:

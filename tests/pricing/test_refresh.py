@@ -178,7 +178,7 @@ def test_changed_price_publishes_a_table_event(redis_url: str, prefix: str) -> N
             finally:
                 await listener.aclose()
 
-    assert run(scenario()) == f"{prefix}:price:pool-a"
+    assert run(scenario()) == f"{prefix}:price:{{pool-a}}"
 
 
 async def _next_message(pubsub: Any) -> str:

@@ -65,7 +65,9 @@ def redis_spend(gw: Gateway, tenant: str) -> int:
     async def read() -> int:
         redis = Redis.from_url(gw.redis_url)
         try:
-            raw = await redis.get(f"{gw.prefix}:spend:{tenant}:{period_ids(time.time())[2]}")
+            raw = await redis.get(
+                f"{gw.prefix}:{{access}}:spend:{tenant}:{period_ids(time.time())[2]}"
+            )
         finally:
             await redis.aclose()
         return int(raw or 0)
