@@ -21,6 +21,7 @@ from live.demand_table import DemandRecord, DemandTables
 from live.lease import Fence, Lease
 from live.price_table import FeedStatus, PriceKey, PriceRow, PriceTable
 from live.redis_client import RedisClient, connect, is_cluster, pubsub
+from live.replica_health import ReplicaEjection
 from live.tables import LiveTables, PoolObservations, PriceEntry
 from live.usage_stream import UsageStream
 from router.health import HealthRecord, PoolState
@@ -113,6 +114,37 @@ def test_health_cas_and_drain_are_announced_on_the_events_channel(cluster: Redis
     assert changed is not None and health.state == PoolState.EJECTED and health.version == 1
     assert got[0] == b"health" and got[1].endswith(b":replicas")
     assert rows[POOLS[4]].drained == frozenset({"http://10.0.0.9:8000"})
+
+
+def test_replica_ejections_ride_the_flush_and_are_announced(cluster: RedisTarget) -> None:
+    async def body(client: RedisClient) -> Any:
+        tables = LiveTables(client, prefix=cluster.prefix)
+        events = await pubsub(client)
+        await events.subscribe(tables.events_channel)
+        now = time.time()
+        out = [ReplicaEjection(POOLS[5], "http://10.0.0.7:8000", now + 30, "upstream 503"),
+               ReplicaEjection(POOLS[1], "http://10.0.0.8:8000", now + 30, "timeout")]  # fmt: skip
+        await tables.flush("gw-a", now_ms=int(now * 1000), inflight={}, inflight_ttl_ms=60_000,
+                           observations={},
+                           extra=lambda pipe: tables.add_replica_ejections(pipe, out))  # fmt: skip
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            msg = await events.get_message(ignore_subscribe_messages=True, timeout=1)
+            if msg is not None:
+                got.append(msg["data"])
+        await events.aclose()
+        rows = await tables.read([POOLS[5], POOLS[1]], int(now * 1000), 60_000)
+        ttl_ms = await client.pttl(f"{cluster.prefix}:pool:{{{POOLS[5]}}}:ejections")
+        return got, rows, ttl_ms
+
+    got, rows, ttl_ms = run(cluster, body)
+
+    assert sorted(got) == sorted(f"{cluster.prefix}:pool:{{{p}}}:ejections".encode()
+                                 for p in (POOLS[5], POOLS[1]))  # fmt: skip
+    assert set(rows[POOLS[5]].ejected) == {"http://10.0.0.7:8000"}
+    assert rows[POOLS[1]].ejected["http://10.0.0.8:8000"][1] == "timeout"
+    assert 25_000 < ttl_ms <= 31_000  # expires with the ejection, not before
 
 
 def test_admission_rate_limits_revocation_and_tenant_scan(cluster: RedisTarget) -> None:
