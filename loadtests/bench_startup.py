@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=ROOT, help="checkout to measure")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                        help="write bytecode caches of the checkout first, as the image does")  # fmt: skip
+                        help="write the checkout's bytecode first, as the image")  # fmt: skip
     args = parser.parse_args()
     src = args.src.resolve()
     if args.compile:
