@@ -155,11 +155,28 @@ async def phase(
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await closed_loop(session, load, concurrency, warmup)
         p0 = tree_cpu_s(t.proc) if t.proc else 0.0
+        w0 = worker_cpu_s(t.proc)
         e0, m0 = tree_cpu_s(engine), own_cpu_s()
         tally = await closed_loop(session, load, concurrency, seconds)
         p1 = tree_cpu_s(t.proc) if t.proc else 0.0
+        w1 = worker_cpu_s(t.proc)
         e1, m1 = tree_cpu_s(engine), own_cpu_s()
+    if len(w0) > 1 and len(w0) == len(w1):
+        # Several workers on one port: the kernel's SO_REUSEPORT spread, by CPU used.
+        split = [b - a for a, b in zip(w0, w1, strict=True)]
+        print(f"    {t.name} workers' CPU split: "
+              + " / ".join(f"{x / max(sum(split), 1e-9):.0%}" for x in split))  # fmt: skip
     return tally.lat, tally.errors, tally.seconds, tally.first_error, (p1 - p0, e1 - e0, m1 - m0)
+
+
+def worker_cpu_s(proc: psutil.Process | None) -> list[float]:
+    """CPU seconds of each direct child of ``proc`` (a supervisor's workers)."""
+    if proc is None:
+        return []
+    try:
+        return [tree_cpu_s(child) for child in proc.children()]
+    except psutil.NoSuchProcess:
+        return []
 
 
 @dataclass
