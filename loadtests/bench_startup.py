@@ -142,10 +142,7 @@ def main() -> None:
         f"serve: CPU until ready     {statistics.median(cpus) * 1000:8.0f} ms (median; "
         f"min {min(cpus) * 1000:.0f}, max {max(cpus) * 1000:.0f})"
     )
-    print(
-        f"bytecode caches            {'not written' if sys.dont_write_bytecode else 'written'}"
-        " (PYTHONDONTWRITEBYTECODE): without them every start compiles skyroute's modules"
-    )
+    print(f"bytecode caches            {'compiled first' if args.compile else 'as found'}")
     print(f"serve: idle RSS            {statistics.median(rsses):8.1f} MB (median)")
 
 
