@@ -35,7 +35,8 @@ LOCATIONS = [f"{p}:r{i}" for p in ("aws", "gcp", "azure") for i in range(4)]
 
 
 def synthetic_policy(n: int, rng: np.random.Generator) -> Policy:
-    """One chat model on ``n`` pools spread over 12 locations, two client regions."""
+    """One chat model on ``n`` pools spread over (up to) 12 locations, two client
+    regions."""
     pools = []
     for k in range(n):
         provider, region = LOCATIONS[k % len(LOCATIONS)].split(":")
@@ -52,7 +53,7 @@ def synthetic_policy(n: int, rng: np.random.Generator) -> Policy:
             "replicas": {"min": 0, "max": 8, "initial": 2},
         })  # fmt: skip
     regions = {
-        name: {"rtt_ms": {loc: float(rng.uniform(1, 120)) for loc in LOCATIONS}}
+        name: {"rtt_ms": {loc: float(rng.uniform(1, 120)) for loc in LOCATIONS[:n]}}
         for name in ("east", "west")
     }
     return Policy.model_validate({
