@@ -49,10 +49,11 @@ class CompiledPolicy:
     # Models with a pool whose engine answers one choice per request: ``n > 1`` is
     # fanned out by the gateway for them (PoolSpec.supports_n).
     fan_out_n: frozenset[str] = frozenset()
-    # (client region, model) -> model_rtt_ms and model_load_cap as Python lists, for the
-    # scalar scoring of models with few pools (router.score_core).
-    model_lists: Mapping[tuple[str, str], tuple[list[float], list[float] | None]] = field(
-        default_factory=dict
+    # (client region, model) -> model_rtt_ms, model_load_cap and whether each RTT is
+    # finite (the region may use the pool) as Python lists, for the scalar scoring of
+    # models with few pools (router.score_core).
+    model_lists: Mapping[tuple[str, str], tuple[list[float], list[float] | None, list[bool]]] = (
+        field(default_factory=dict)
     )
 
     @property
@@ -95,10 +96,14 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
             sub_cap = cap[members]
             sub_cap.setflags(write=False)
             load_cap[(region_name, model_name)] = sub_cap if np.isfinite(sub_cap).any() else None
-    lists: dict[tuple[str, str], tuple[list[float], list[float] | None]] = {}
+    lists: dict[tuple[str, str], tuple[list[float], list[float] | None, list[bool]]] = {}
     for key, sub in model_rtt.items():
         caps = load_cap[key]
-        lists[key] = (sub.tolist(), None if caps is None else caps.tolist())
+        lists[key] = (
+            sub.tolist(),
+            None if caps is None else caps.tolist(),
+            np.isfinite(sub).tolist(),
+        )
     tpot_headroom = routing.slo_headroom if routing.tpot_headroom is None else routing.tpot_headroom
     nan = float("nan")
     return CompiledPolicy(

@@ -13,7 +13,6 @@ inputs; a change to the scoring model must be made in both.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -64,7 +63,7 @@ def score_scalar(
 ) -> Scored:
     """Score the model's pools one by one; the same answer as ``score_vector``."""
     v = view.lists  # built once per snapshot
-    rtts, caps = policy.model_lists[key]
+    rtts, caps, region_ok = policy.model_lists[key]
     n = len(v.members)
     inflight = v.inflight
     if local_inflight is not None:
@@ -73,7 +72,6 @@ def score_scalar(
         ]
 
     # Eligibility, as score_vector decides it (see the comments there).
-    region_ok = [r < math.inf for r in rtts]  # isfinite: an RTT is never NaN or -inf
     if region_allowed is not None:
         region_ok = [a and b for a, b in zip(region_ok, region_allowed, strict=True)]
     available = v.available
