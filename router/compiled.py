@@ -7,7 +7,7 @@ Compiling happens once per policy load, never per request. Arrays are aligned wi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,12 @@ class CompiledPolicy:
     # Models with a pool whose engine answers one choice per request: ``n > 1`` is
     # fanned out by the gateway for them (PoolSpec.supports_n).
     fan_out_n: frozenset[str] = frozenset()
+    # (client region, model) -> model_rtt_ms, model_load_cap and whether each RTT is
+    # finite (the region may use the pool) as Python lists, for the scalar scoring of
+    # models with few pools (router.score_core).
+    model_lists: Mapping[tuple[str, str], tuple[list[float], list[float] | None, list[bool]]] = (
+        field(default_factory=dict)
+    )
 
     @property
     def size(self) -> int:
@@ -90,6 +96,14 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
             sub_cap = cap[members]
             sub_cap.setflags(write=False)
             load_cap[(region_name, model_name)] = sub_cap if np.isfinite(sub_cap).any() else None
+    lists: dict[tuple[str, str], tuple[list[float], list[float] | None, list[bool]]] = {}
+    for key, sub in model_rtt.items():
+        caps = load_cap[key]
+        lists[key] = (
+            sub.tolist(),
+            None if caps is None else caps.tolist(),
+            np.isfinite(sub).tolist(),
+        )
     tpot_headroom = routing.slo_headroom if routing.tpot_headroom is None else routing.tpot_headroom
     nan = float("nan")
     return CompiledPolicy(
@@ -118,6 +132,7 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
         keep_ttft=1.0 - routing.slo_headroom,
         keep_tpot=1.0 - tpot_headroom,
         fan_out_n=frozenset(p.model for p in pools if not p.supports_n),
+        model_lists=lists,
     )
 
 

@@ -17,16 +17,21 @@ same answer from the same inputs. It is vectorised over the model's pools:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 
 from base.errors import ModelNotFound
 from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy
+from router.score_core import MAX_SCALAR_POOLS, score_scalar, score_vector
 from router.snapshot import Snapshot
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +184,16 @@ class Ranking:
 
     def tried(self) -> Iterator[tuple[int, float, float, float]]:
         """(pool index, predicted TTFT ms, estimated cost USD, USD per token) in the order
-        to try them; the request path's view, read from the model-local arrays."""
-        for i, j in zip(self.order.tolist(), self.local_order.tolist(), strict=True):
-            yield (i, float(self.local_ttft_ms[j]), float(self.local_cost_usd[j]),
-                   float(self.local_usd_per_token[j]))  # fmt: skip
+        to try them; the request path's view, read from the model-local arrays in four
+        gathers rather than three scalar reads per pool."""
+        lo = self.local_order
+        return zip(
+            self.order.tolist(),
+            self.local_ttft_ms[lo].tolist(),
+            self.local_cost_usd[lo].tolist(),
+            self.local_usd_per_token[lo].tolist(),
+            strict=True,
+        )
 
     def explain(self) -> list[RankedPool]:
         """Every candidate pool, tried ones first, with the reason for its place."""
@@ -236,6 +247,25 @@ class Ranking:
         return f"{label}: {', '.join(misses)}; {suffix}"
 
 
+def _fast_new(cls: Callable[P, T]) -> Callable[P, T]:
+    """A constructor of the frozen dataclass ``cls`` with its ``__init__``'s signature (so
+    mypy checks every call) that fills the instance's ``__dict__`` at once. The generated
+    ``__init__`` sets each field through ``object.__setattr__``: for Ranking's 25 fields
+    that cost as much as scoring a small model. Keyword arguments only."""
+
+    def make(*args: P.args, **kwargs: P.kwargs) -> T:
+        if args:
+            raise TypeError("fields by name only")
+        obj: T = object.__new__(cls)  # type: ignore[arg-type]  # cls is a class
+        obj.__dict__.update(kwargs)
+        return obj
+
+    return make
+
+
+_new_ranking = _fast_new(Ranking)
+
+
 def _miss(what: str, predicted: float, limit: float, target: float) -> str:
     if limit < target:
         return f"{what} {predicted:.0f}ms > {limit:.0f}ms (slo {target:.0f}ms less headroom)"
@@ -255,6 +285,8 @@ def rank(
     in-flight count, fresher than the snapshot's sum over the other replicas.
     ``local_blocked`` marks pools this replica has ejected but the snapshot does not
     show yet. An unknown client region or SLO class falls back to the policy defaults.
+    Models with at most ``MAX_SCALAR_POOLS`` pools are scored with Python floats
+    (``router.score_core``), others with NumPy; both give the same answer.
     """
     view = snapshot.views.get(request.model)
     if view is None:
@@ -265,103 +297,47 @@ def rank(
     key = (request.client_region, request.model)
     if key not in policy.model_rtt_ms:
         key = (pol.routing.default_client_region, request.model)
-    rtt = policy.model_rtt_ms[key]
     est_tokens = request.est_tokens or request.prompt_tokens + (
         spec.expected_output_tokens
         if request.max_output_tokens is None
         else request.max_output_tokens
     )
     m = view.members
-
-    inflight = view.inflight if local_inflight is None else view.inflight + local_inflight[m]
-    prefill = request.prompt_tokens * view.prefill_ms_per_token
-    # A request beyond the batch slots waits for a fraction of one service time per
-    # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
-    # requests ahead are priced at the model's expected (mean) output, decoded at the
-    # TPOT of a full batch, not at this request's own numbers.
-    service_ms = prefill + spec.expected_output_tokens * view.tpot_queue_ms
-    queued = np.maximum(inflight + view.one_minus_slots, 0.0)
-    ttft = rtt + queued * service_ms * view.inv_slots + prefill
-    load = (inflight + 1.0) * view.inv_slots
-    # TPOT grows with batch occupancy, counted fresh; a measured TPOT is only a floor
-    # (ModelView explains why).
-    tpot = np.maximum(
-        view.tpot_base_ms + view.tpot_span_ms * np.minimum(load, 1.0), view.tpot_measured_ms
-    )
-
-    region_ok = np.isfinite(rtt)
+    region_allowed = None
     if request.allowed_regions is not None:
-        locs = policy.regions
-        region_ok = region_ok & np.asarray(
-            [locs[i] in request.allowed_regions for i in m], dtype=np.bool_
-        )
-    if view.full_weight and local_blocked is None:
-        available, eligible = view.available, region_ok & view.ready
-    else:
-        available = view.available
-        if local_blocked is not None:
-            available = available & ~local_blocked[m]
-        eligible = region_ok & available & view.has_capacity
-        # A readmitted pool ramps up relative to its healthy peers: it takes a share of
-        # traffic they could serve. With no fully weighted peer left for this request it
-        # takes all of it, so a ramp never refuses traffic that some pool could serve.
-        if np.any(eligible & (view.weight >= 1.0)):
-            ramped = view.weight > request.ramp_draw
-            available, eligible = available & ramped, eligible & ramped
-    cost = est_tokens * view.usd_per_token
-    # Predictions are estimates: keep a margin below the targets (routing.slo_headroom,
-    # tpot_headroom), and far clients out of the slots reserved for near ones.
-    feasible = (
-        eligible
-        & (ttft <= slo.ttft_ms * policy.keep_ttft)
-        & (tpot <= slo.tpot_ms * policy.keep_tpot)
-        & view.priced
-    )
-    load_cap = policy.model_load_cap[key]
-    if load_cap is not None:
-        feasible &= load <= load_cap
-
-    n_feasible = int(np.count_nonzero(feasible))
-    if n_feasible == 1:
-        local_order = np.flatnonzero(feasible)
-    elif n_feasible:
-        cheapest = cost[feasible].min()
-        tie = feasible & (cost <= cheapest * (1.0 + pol.routing.near_tie))
-        group = np.where(tie, 0, np.where(feasible, 1, 2))
-        secondary = np.where(tie, load, np.where(feasible, cost, ttft))
-        local_order = np.lexsort((secondary, group))
-        local_order = local_order[group[local_order] < 2]
-    else:
-        local_order = np.empty(0, dtype=np.intp)
-    if pol.routing.fallback == "fastest":
-        fallback = np.flatnonzero(eligible & ~feasible)
-        if len(fallback):
-            local_order = np.concatenate(
-                (local_order, fallback[np.argsort(ttft[fallback], kind="stable")])
-            )
-    return Ranking(
+        locs, allowed = policy.regions, request.allowed_regions
+        region_allowed = [locs[i] in allowed for i in m.tolist()]
+    ttft_limit, tpot_limit = slo.ttft_ms * policy.keep_ttft, slo.tpot_ms * policy.keep_tpot
+    score = score_scalar if len(m) <= MAX_SCALAR_POOLS else score_vector
+    s = score(
+        view, policy, key, region_allowed, local_inflight,
+        local_blocked, request.prompt_tokens, spec.expected_output_tokens, est_tokens,
+        ttft_limit, tpot_limit, request.ramp_draw, pol.routing.near_tie,
+        pol.routing.fallback == "fastest",
+    )  # fmt: skip
+    return _new_ranking(
         request=request,
         pool_ids=policy.pool_ids,
         candidates=m,
-        order=m[local_order],
-        local_order=local_order,
-        n_feasible=n_feasible,
+        order=s.order,
+        local_order=s.local_order,
+        n_feasible=s.n_feasible,
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
-        ttft_limit_ms=slo.ttft_ms * policy.keep_ttft,
-        tpot_limit_ms=slo.tpot_ms * policy.keep_tpot,
+        ttft_limit_ms=ttft_limit,
+        tpot_limit_ms=tpot_limit,
         near_tie=pol.routing.near_tie,
         est_tokens=est_tokens,
-        local_ttft_ms=ttft,
-        local_tpot_ms=tpot,
-        local_cost_usd=cost,
+        local_ttft_ms=s.ttft_ms,
+        local_tpot_ms=s.tpot_ms,
+        local_cost_usd=s.cost_usd,
         local_usd_per_token=view.usd_per_token,
-        local_load=load,
-        local_load_cap=load_cap,
-        local_eligible=eligible,
-        local_feasible=feasible,
-        local_region_ok=region_ok,
-        local_available=available,
+        local_load=s.load,
+        local_load_cap=policy.model_load_cap[key],
+        local_eligible=s.eligible,
+        local_feasible=s.feasible,
+        local_region_ok=s.region_ok,
+        local_available=s.available,
         local_has_capacity=view.has_capacity,
         local_weight=view.weight,
         pool_states=view.states,

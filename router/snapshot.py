@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,7 +20,7 @@ from router.health import HealthRecord, PoolState
 # Smoothing of the measured latency EWMAs: written by live.tables, replayed by the simulator.
 EWMA_ALPHA = 0.2
 
-__all__ = ["ModelView", "PoolRow", "PoolState", "Snapshot"]
+__all__ = ["ModelView", "PoolRow", "PoolState", "Snapshot", "ViewLists"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,27 @@ class PoolRow:
     price_stale: bool = False
 
 
+class ViewLists(NamedTuple):
+    """A ModelView's arrays as Python lists (same names, same order), for the scalar
+    scoring of models with few pools (``router.score_core``)."""
+
+    members: list[int]
+    inflight: list[float]
+    tpot_base_ms: list[float]
+    tpot_span_ms: list[float]
+    tpot_measured_ms: list[float]
+    tpot_queue_ms: list[float]
+    prefill_ms_per_token: list[float]
+    inv_slots: list[float]
+    one_minus_slots: list[float]
+    usd_per_token: list[float]
+    priced: list[bool]
+    available: list[bool]
+    weight: list[float]
+    has_capacity: list[bool]
+    ready: list[bool]
+
+
 @dataclass(frozen=True, eq=False)
 class ModelView:
     """What routing needs about one model's pools, precomputed once per snapshot so the
@@ -102,6 +125,12 @@ class ModelView:
     states: tuple[str, ...]
     ready: BoolArray
     full_weight: bool
+
+    @cached_property
+    def lists(self) -> ViewLists:
+        """The arrays as lists, built on first use and kept with the (immutable) view: a
+        NumPy-to-list conversion per array per request would cost as much as the scoring."""
+        return ViewLists(*(getattr(self, name).tolist() for name in ViewLists._fields))
 
 
 def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from store.engine import make_engine
-from store.migrate import head_revision, migrate
+from store.migrate import head_revision, migrate, shipped_head
 from tests.aio import run_async
 
 
@@ -46,3 +49,25 @@ async def test_replicas_migrating_together_all_succeed(db_url: str) -> None:
         asyncio.gather(*(migrate(db_url) for _ in range(3))), timeout=60
     )
     assert revisions == [head_revision()] * 3
+
+
+def test_the_head_read_from_the_files_is_alembics() -> None:
+    assert shipped_head() == head_revision()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# A fresh interpreter: this one imported Alembic above.
+AT_HEAD = """
+import asyncio, sys
+from store.migrate import migrate
+print(asyncio.run(migrate(sys.argv[1])), "alembic" in sys.modules)
+"""
+
+
+def test_a_database_at_the_head_is_checked_without_importing_alembic(db_url: str) -> None:
+    asyncio.run(migrate(db_url))
+    out = subprocess.run(
+        [sys.executable, "-c", AT_HEAD, db_url], cwd=ROOT, capture_output=True, text=True,
+        timeout=60, check=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    ).stdout.split()  # fmt: skip
+    assert out == [head_revision(), "False"]

@@ -1,0 +1,146 @@
+"""Child processes of a benchmark: start and stop them, pin them to CPUs, count their CPU.
+
+Pinning sets the affinity of every thread of every process in a tree (what ``taskset -a``
+does): pinning a process by pid moves only its main thread, and threads that already exist
+(uvicorn's, Node's libuv pool, Redis' I/O and background threads) stay where they were.
+Threads and children created later inherit their creator's affinity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+
+def tree(proc: psutil.Process) -> list[psutil.Process]:
+    """``proc`` and its live descendants (empty when ``proc`` is gone)."""
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_cpu_s(proc: psutil.Process) -> float:
+    """User + system CPU seconds of ``proc`` and its live descendants."""
+    total = 0.0
+    for p in tree(proc):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += float(sum(p.cpu_times()[:2]))
+    return total
+
+
+def own_cpu_s() -> float:
+    """User + system CPU seconds of this process alone (its children not counted)."""
+    t = psutil.Process().cpu_times()
+    return float(t.user + t.system)
+
+
+def tree_peak_rss_mb(proc: psutil.Process) -> float:
+    """Peak resident memory (VmHWM) summed over ``proc`` and its descendants, MB."""
+    total_kb = 0
+    for p in tree(proc):
+        try:
+            status = Path(f"/proc/{p.pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                total_kb += int(line.split()[1])
+    return total_kb / 1024.0
+
+
+def pin_threads(proc: psutil.Process, cpus: list[int], children: bool = True) -> int:
+    """Pin every thread of ``proc`` (and of its descendants unless ``children`` is False)
+    to ``cpus``; returns how many threads were pinned. Threads that exit meanwhile are
+    skipped."""
+    pinned = 0
+    for p in tree(proc) if children else [proc]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for th in p.threads():
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(th.id, cpus)  # a thread id is a valid target
+                    pinned += 1
+    return pinned
+
+
+def parse_ports(spec: str, names: set[str]) -> dict[str, int]:
+    """``engine=9001,skyroute=9002`` -> {"engine": 9001, "skyroute": 9002}.
+
+    Raises ValueError on an unknown name or a port outside 1..65535.
+    """
+    out: dict[str, int] = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        name, _, port = item.partition("=")
+        if name not in names:
+            raise ValueError(f"--ports: unknown process {name!r} (known: {sorted(names)})")
+        value = int(port)
+        if not 0 < value < 65536:
+            raise ValueError(f"--ports: {name}={port} is not a port")
+        out[name] = value
+    return out
+
+
+def wait_http(url: str, deadline_s: float, proc: subprocess.Popen[bytes], want: bytes) -> None:
+    """Poll ``url`` until it answers 200 with ``want`` in the body. Raises RuntimeError."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=0.5) as resp:
+            if resp.status == 200 and want in resp.read():
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready within {deadline_s:.0f} s")
+
+
+class Processes:
+    """The benchmark's child processes, each logging to a file; stopped in reverse order."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> psutil.Process:
+        with (self.logdir / f"{name}.log").open("wb") as log:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return psutil.Process(proc.pid)
+
+    def wait_ready(self, name: str, url: str, deadline_s: float, want: bytes) -> None:
+        """Wait for ``url``; on failure print the tail of ``name``'s log and re-raise."""
+        try:
+            wait_http(url, deadline_s, self.procs[-1], want)
+        except RuntimeError:
+            print(self.tail(name), file=sys.stderr)
+            raise
+
+    def tail(self, name: str, chars: int = 3000) -> str:
+        return (self.logdir / f"{name}.log").read_text(errors="replace")[-chars:]
+
+    def stop_last(self) -> None:
+        """Stop the most recently started process and forget it."""
+        proc = self.procs.pop()
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,167 @@
+"""The scalar scoring path gives exactly the vectorised path's answer, on random inputs.
+
+``rank`` scores models with few pools in Python floats (``score_scalar``) and others with
+NumPy (``score_vector``, the reference). Both must agree bit for bit on every output:
+predictions, cost, load, every flag and the order. The inputs are drawn with a seeded
+generator over what the live tables can hold: pools with and without a price, with no
+ready replica, ejected, draining or ramping after readmission, clients near and far (the
+near-client reserve), regions a client may not use, per-request region restrictions,
+this replica's in-flight counts and ejections, both fallbacks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from router.compiled import CompiledPolicy, compile_policy
+from router.health import HealthRecord, PoolState
+from router.policy import Policy
+from router.score_core import MAX_SCALAR_POOLS, Scored, score_scalar, score_vector
+from router.scoring import RouteRequest, rank
+from router.snapshot import PoolRow, Snapshot
+
+LOCATIONS = ["aws:us-east-1", "aws:eu-west-1", "gcp:us-central1", "azure:eastus"]
+CASES = 400
+
+
+def random_policy(rng: np.random.Generator) -> CompiledPolicy:
+    n = int(rng.integers(1, MAX_SCALAR_POOLS + 1))
+    pools: list[dict[str, Any]] = []
+    for k in range(n + int(rng.integers(1, 3))):  # and a pool or two of another model
+        provider, region = LOCATIONS[int(rng.integers(len(LOCATIONS)))].split(":")
+        price = (
+            {"usd_per_gpu_hour": float(rng.choice([0.5, 1.0, 1.01, 2.0, 7.0]))}
+            if rng.random() < 0.85
+            else {"source": provider, "instance_type": "x"}  # no price until a feed has one
+        )
+        pools.append({
+            "id": f"{provider}:{region}:p{k}", "provider": provider, "region": region,
+            "model": "m" if k < n else "other", "upstream_model": "org/m", "gpu_type": "H100",
+            "gpus_per_replica": int(rng.choice([1, 2, 8])),
+            "endpoints": ["http://127.0.0.1:9/v1"], "price": price,
+            "goodput": {"tokens_per_s": float(rng.choice([300.0, 1000.0, 6000.0])),
+                        "prefill_tokens_per_s": float(rng.choice([2000.0, 10000.0])),
+                        "max_concurrency": int(rng.choice([1, 8, 64])),
+                        "tpot_ms": float(rng.choice([9.0, 30.0, 55.0]))},
+            "replicas": {"min": 0, "max": 8, "initial": int(rng.integers(0, 3))},
+        })  # fmt: skip
+    used = sorted({f"{p['provider']}:{p['region']}" for p in pools})
+    # "near" may use every location; "far" only some (the others are +inf: not allowed).
+    regions = {
+        name: {"rtt_ms": {loc: float(rng.choice([1.0, 20.0, 80.0, 300.0])) for loc in used
+                          if name == "near" or loc == used[0] or rng.random() < 0.7}}
+        for name in ("near", "far")
+    }  # fmt: skip
+    policy = Policy.model_validate({
+        "slo_classes": {"interactive": {"ttft_ms": 800, "tpot_ms": 60},
+                        "batch": {"ttft_ms": 30000, "tpot_ms": 500}},
+        "models": {"m": {"default_slo": "interactive", "expected_output_tokens": 211},
+                   "other": {"default_slo": "batch", "expected_output_tokens": 50}},
+        "pools": pools, "client_regions": regions,
+        "routing": {"default_client_region": "near",
+                    "fallback": "fastest" if rng.random() < 0.7 else "reject",
+                    "near_tie": float(rng.choice([0.0, 0.02, 0.5])),
+                    "slo_headroom": float(rng.choice([0.0, 0.3])),
+                    "near_reserve": float(rng.choice([0.0, 0.25])), "near_rtt_ms": 50},
+    })  # fmt: skip
+    return compile_policy(policy)
+
+
+def random_row(rng: np.random.Generator) -> PoolRow:
+    health = HealthRecord()
+    roll = rng.random()
+    if roll < 0.1:
+        health = HealthRecord(state=PoolState.EJECTED, until_s=60.0)
+    elif roll < 0.15:
+        health = HealthRecord(state=PoolState.DRAINING)
+    elif roll < 0.3:
+        health = HealthRecord(readmitted_s=90.0)  # ramping at the snapshot's time
+    return PoolRow(
+        # Small counts often, so loads land exactly on the near-client reserve's cap.
+        inflight=float(rng.integers(0, 12 if rng.random() < 0.5 else 200)),
+        ready_replicas=float(rng.choice([0.0, 1.0, 3.0])) if rng.random() < 0.8 else float("nan"),
+        tpot_ewma_ms=float(rng.choice([20.0, 70.0])) if rng.random() < 0.3 else float("nan"),
+        tpot_at_s=95.0,
+        usd_per_gpu_hour=float(rng.choice([0.9, 3.0])) if rng.random() < 0.5 else float("nan"),
+        health=health,
+    )
+
+
+def both(rng: np.random.Generator) -> tuple[Scored, Scored]:
+    policy = random_policy(rng)
+    snap = Snapshot.build(policy, {p: random_row(rng) for p in policy.pool_ids}, 100.0)
+    view = snap.views["m"]
+    region = str(rng.choice(["near", "far"]))
+    key = (region, "m")
+    members = view.members.tolist()
+    allowed = (
+        [policy.regions[i] in {"aws:us-east-1", "gcp:us-central1"} for i in members]
+        if rng.random() < 0.2
+        else None
+    )
+    local = rng.integers(0, 5, policy.size).astype(float) if rng.random() < 0.8 else None
+    blocked = rng.random(policy.size) < 0.2 if rng.random() < 0.3 else None
+    slo = policy.slo[str(rng.choice(["interactive", "batch"]))]
+    # A draw equal to some pool's weight now and then: the boundary of the ramp test.
+    ramp_draw = float(rng.choice(view.weight)) if rng.random() < 0.3 else float(rng.random())
+    routing = policy.policy.routing
+    args = (
+        view, policy, key, allowed, local, blocked, int(rng.integers(1, 4000)), 211,
+        int(rng.integers(10, 6000)), slo.ttft_ms * policy.keep_ttft,
+        slo.tpot_ms * policy.keep_tpot, ramp_draw, routing.near_tie,
+        routing.fallback == "fastest",
+    )  # fmt: skip
+    return score_scalar(*args), score_vector(*args)
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_scalar_scoring_equals_the_vectorised_reference(block: int) -> None:
+    for seed in range(block, CASES, 4):
+        check_same(seed)
+
+
+def check_same(seed: int) -> None:
+    fast, ref = both(np.random.default_rng(seed))
+    for name in ("ttft_ms", "tpot_ms", "cost_usd", "load"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(ref, name), f"{name} {seed}")
+    for name in ("eligible", "feasible", "region_ok", "available"):
+        assert getattr(fast, name).tolist() == getattr(ref, name).tolist(), (name, seed)
+    assert fast.local_order.dtype == ref.local_order.dtype
+    assert fast.local_order.tolist() == ref.local_order.tolist(), seed
+    assert fast.order.tolist() == ref.order.tolist(), seed
+    assert fast.n_feasible == ref.n_feasible, seed
+
+
+def test_the_random_cases_reach_every_kind_of_ranking() -> None:
+    """The property above means little unless the draws produce single and several
+    feasible pools, near-ties, fallbacks and empty orders."""
+    seen = set()
+    for seed in range(CASES):
+        _, ref = both(np.random.default_rng(seed))
+        fallback = len(ref.local_order) > ref.n_feasible
+        seen.add((min(ref.n_feasible, 2), fallback, len(ref.local_order) == 0))
+    assert {(0, False, True), (1, False, False), (2, False, False), (0, True, False),
+            (2, True, False)} <= seen  # fmt: skip
+
+
+def test_rank_gives_the_same_ranking_above_and_below_the_scalar_threshold() -> None:
+    """A model just over the threshold is scored by NumPy; its ranking is the one the
+    scalar path gives the same pools (checked through the public ``rank``)."""
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        policy = random_policy(rng)
+        snap = Snapshot.build(policy, {p: random_row(rng) for p in policy.pool_ids}, 100.0)
+        request = RouteRequest("m", 700, None, "interactive", "far")
+        ranking = rank(request, policy, snap)
+        view = snap.views["m"]
+        slo = policy.slo["interactive"]
+        ref = score_vector(
+            view, policy, ("far", "m"), None, None, None, 700, 211, ranking.est_tokens,
+            slo.ttft_ms * policy.keep_ttft, slo.tpot_ms * policy.keep_tpot, 0.0,
+            policy.policy.routing.near_tie, policy.policy.routing.fallback == "fastest",
+        )  # fmt: skip
+        assert ranking.order.tolist() == ref.order.tolist()
+        np.testing.assert_array_equal(ranking.local_ttft_ms, ref.ttft_ms)
