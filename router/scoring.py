@@ -54,6 +54,20 @@ class RouteRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TrafficMix:
+    """A model's recent requests on average: prompt and output tokens per request.
+
+    The queue model prices the requests waiting ahead of a new one by these; without
+    them it falls back to the new request's own prompt and the policy's
+    ``expected_output_tokens``, a constant written for one workload (it overstated a
+    code-completion queue's drain time ~8x and understated a long-context one's).
+    """
+
+    prompt_tokens: float
+    output_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
 class RankedPool:
     """One pool's place in a ranking, with the reason for it. Times in ms, cost in USD."""
 
@@ -248,13 +262,16 @@ def rank(
     snapshot: Snapshot,
     local_inflight: FloatArray | None = None,
     local_blocked: BoolArray | None = None,
+    mix: TrafficMix | None = None,
 ) -> Ranking:
     """Rank the pools serving ``request.model``. Pure; raises ModelNotFound only.
 
     ``local_inflight`` (requests, aligned with the policy) is this gateway replica's own
     in-flight count, fresher than the snapshot's sum over the other replicas.
     ``local_blocked`` marks pools this replica has ejected but the snapshot does not
-    show yet. An unknown client region or SLO class falls back to the policy defaults.
+    show yet. ``mix`` is the model's recent traffic, which prices the queue ahead (None:
+    this request's prompt and the policy's expected output). An unknown client region
+    or SLO class falls back to the policy defaults.
     """
     view = snapshot.views.get(request.model)
     if view is None:
@@ -277,9 +294,15 @@ def rank(
     prefill = request.prompt_tokens * view.prefill_ms_per_token
     # A request beyond the batch slots waits for a fraction of one service time per
     # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
-    # requests ahead are priced at the model's expected (mean) output, decoded at the
-    # TPOT of a full batch, not at this request's own numbers.
-    service_ms = prefill + spec.expected_output_tokens * view.tpot_queue_ms
+    # requests ahead hold their slots through their own prefill and decode: priced at
+    # the traffic's mean prompt and output (the policy's expected output and this
+    # request's prompt when unknown), decoded at the TPOT of a full batch.
+    if mix is None:
+        service_ms = prefill + spec.expected_output_tokens * view.tpot_queue_ms
+    else:
+        service_ms = (
+            mix.prompt_tokens * view.prefill_ms_per_token + mix.output_tokens * view.tpot_queue_ms
+        )
     queued = np.maximum(inflight + view.one_minus_slots, 0.0)
     ttft = rtt + queued * service_ms * view.inv_slots + prefill
     load = (inflight + 1.0) * view.inv_slots
@@ -319,7 +342,12 @@ def rank(
     )
     load_cap = policy.model_load_cap[key]
     if load_cap is not None:
-        feasible &= load <= load_cap
+        # The reserve is whole slots, the share kept for near clients rounded down: a
+        # pool of a few slots (long prompts make slots dear) is not kept from far
+        # clients for a fraction of a slot that nobody can use.
+        # (At least 1e-9 slots: a pool with none is not eligible, and -inf x 0 is NaN.)
+        slots = np.maximum(1.0 - view.one_minus_slots, 1e-9)
+        feasible &= inflight + 1.0 <= slots - np.floor((1.0 - load_cap) * slots + 1e-9)
 
     n_feasible = int(np.count_nonzero(feasible))
     if n_feasible == 1:
