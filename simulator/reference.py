@@ -2,10 +2,11 @@
 reaches the target attainment when replayed in the same simulator. Not a bound: a
 better fleet may exist; it says what a fleet that knew the trace could have cost.
 
-The search, the same for every trace: the integer bound's clairvoyant plan (replicas
-per window) with its goodput derated by each of ``DERATINGS`` (replicas ÷ derating,
-launched in time by ``HindsightScaler``), and fixed fleets of ``FIXED_MULTIPLES`` × the
-plan's mean replicas per pool (rounded up, never changed). Each is replayed with
+The search, the same for every trace: two clairvoyant plans (replicas per window), the
+integer bound's (decode tokens only) and the valid relaxation's (prefill too), each with
+its goodput derated by each of ``DERATINGS`` (replicas ÷ derating, launched in time by
+``HindsightScaler``); fixed fleets of ``FIXED_MULTIPLES`` × each plan's mean replicas per
+pool (rounded up, never changed); and every pool at its max. Each is replayed with
 skyroute's routing; the cheapest that reaches ``target`` × the attainable share is the
 reference.
 """
@@ -23,11 +24,12 @@ from simulator.engine import SimConfig, Workload, simulate
 from simulator.hindsight import HindsightScaler
 from simulator.metrics import attainable, summarize
 from simulator.policies import RoutingPolicy
+from simulator.relaxation import Relaxation, relaxation_bound
 from simulator.scaler import Scaler, StaticScaler
 from simulator.spec import FleetSpec
 
-DERATINGS: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7)
-FIXED_MULTIPLES: tuple[float, ...] = (1.0, 1.5)
+DERATINGS: tuple[float, ...] = (1.0, 0.8, 0.6)
+FIXED_MULTIPLES: tuple[float, ...] = (1.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,13 @@ def _replay(
     return Candidate(label, summary.provisioned_usd, summary.slo_attainment)
 
 
+def _fixed(
+    spec: FleetSpec, work: Workload, replicas: IntArray, config: SimConfig, label: str
+) -> Candidate:
+    fleet = replace(spec, initial_replicas=replicas)
+    return _replay(fleet, work, StaticScaler(), config, label)
+
+
 def achievable_reference(
     spec: FleetSpec,
     work: Workload,
@@ -63,24 +72,29 @@ def achievable_reference(
     target: float = 0.99,
     plan: Bound | None = None,
     window_s: float = 60.0,
+    relaxed: Relaxation | None = None,
 ) -> Reference:
     """Run the search (module docstring) and return the cheapest fleet reaching
-    ``target`` × ``metrics.attainable``. ``plan``: the integer bound, if already solved.
-    Raises SimulationError if the bound cannot be solved."""
+    ``target`` × ``metrics.attainable``. ``plan`` and ``relaxed``: the integer bound and
+    the relaxation, if already solved. Raises SimulationError if a solve fails."""
     plan = plan or lower_bound(spec, work, window_s, integer=True)
+    relaxed = relaxed or relaxation_bound(spec, work, target, window_s)
     threshold = target * attainable(spec, work)
     out: list[Candidate] = []
-    for derate in DERATINGS:
-        scaler = HindsightScaler(plan.replicas / derate, plan.window_s, spec.provisioning_s)
-        out.append(_replay(spec, work, scaler, config, f"plan / {derate:g}"))
-    mean: FloatArray = plan.replicas.mean(axis=0)
-    for multiple in FIXED_MULTIPLES:
-        fixed: IntArray = np.clip(
-            np.ceil(mean * multiple - 1e-6), spec.min_replicas, spec.max_replicas
-        ).astype(np.intp)
-        fleet = replace(spec, initial_replicas=fixed)
-        label = f"fixed {multiple:g} x mean {fixed.tolist()}"
-        out.append(_replay(fleet, work, StaticScaler(), config, label))
+    plans = (("integer plan", plan.replicas, plan.window_s),
+             ("relaxation plan", relaxed.replicas, relaxed.window_s))  # fmt: skip
+    for name, replicas, step in plans:
+        for derate in DERATINGS:
+            scaler = HindsightScaler(replicas / derate, step, spec.provisioning_s)
+            out.append(_replay(spec, work, scaler, config, f"{name} / {derate:g}"))
+        mean: FloatArray = replicas.mean(axis=0)
+        for multiple in FIXED_MULTIPLES:
+            fixed: IntArray = np.clip(
+                np.ceil(mean * multiple - 1e-6), spec.min_replicas, spec.max_replicas
+            ).astype(np.intp)
+            label = f"fixed {multiple:g} x {name} mean {fixed.tolist()}"
+            out.append(_fixed(spec, work, fixed, config, label))
+    out.append(_fixed(spec, work, spec.max_replicas, config, "every pool at its max"))
     ok = [c for c in out if c.attainment >= threshold - 1e-9]
     best = min(ok, key=lambda c: c.usd) if ok else None
     return Reference(best, threshold, tuple(out))

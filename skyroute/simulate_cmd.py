@@ -236,7 +236,13 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     reference = (
         achievable_reference(
-            spec, work, config, RELAXATION_TARGET, cmp.integer_bound, args.bound_window_s
+            spec,
+            work,
+            config,
+            RELAXATION_TARGET,
+            cmp.integer_bound,
+            args.bound_window_s,
+            cmp.relaxation,
         )
         if args.reference
         else None
