@@ -112,12 +112,7 @@ def table(doc: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
             how = f"{100 * saving:.1f}% cheaper" if saving >= 0 else f"{-100 * saving:.1f}% dearer"
             verdict += (
                 f"; cheapest baseline at that attainment {cheapest['policy']} "
-                f"${cheapest['provisioned_usd']:.2f}: skyroute "
-                + (
-                    f"{100 * saving:.1f}% cheaper"
-                    if saving >= 0
-                    else f"{-100 * saving:.1f}% dearer"
-                )
+                f"${cheapest['provisioned_usd']:.2f}: skyroute {how}"
             )
         else:
             verdict += "; no baseline reaches that attainment"
