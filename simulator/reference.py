@@ -26,7 +26,7 @@ from simulator.metrics import attainable, summarize
 from simulator.policies import RoutingPolicy
 from simulator.relaxation import Relaxation, relaxation_bound
 from simulator.scaler import Scaler, StaticScaler
-from simulator.spec import FleetSpec
+from simulator.spec import FleetSpec, fluid_goodput_tokens_per_s
 
 DERATINGS: tuple[float, ...] = (1.0, 0.8, 0.6)
 FIXED_MULTIPLES: tuple[float, ...] = (1.0, 2.0)
@@ -58,6 +58,22 @@ def _replay(
     return Candidate(label, summary.provisioned_usd, summary.slo_attainment)
 
 
+def spill(spec: FleetSpec, replicas: FloatArray) -> FloatArray:
+    """``replicas`` ([window, pool]) with each pool capped at its max and the excess, in
+    fluid goodput, added to the other pools from the cheapest per token up."""
+    goodput = np.asarray([fluid_goodput_tokens_per_s(pr, spec.slo.tpot_ms) for pr in spec.profiles])
+    top = spec.max_replicas.astype(np.float64)
+    out: FloatArray = np.minimum(replicas, top)
+    tokens = ((replicas - out) * goodput).sum(axis=1)
+    for p in np.argsort(spec.usd_per_token, kind="stable"):
+        if goodput[p] <= 0:
+            continue
+        take = np.minimum(top[p] - out[:, p], tokens / goodput[p])
+        out[:, p] += take
+        tokens = tokens - take * goodput[p]
+    return out
+
+
 def _fixed(
     spec: FleetSpec, work: Workload, replicas: IntArray, config: SimConfig, label: str
 ) -> Candidate:
@@ -85,7 +101,8 @@ def achievable_reference(
              ("relaxation plan", relaxed.replicas, relaxed.window_s))  # fmt: skip
     for name, replicas, step in plans:
         for derate in DERATINGS:
-            scaler = HindsightScaler(replicas / derate, step, spec.provisioning_s)
+            derated = spill(spec, replicas / derate)
+            scaler = HindsightScaler(derated, step, spec.provisioning_s)
             out.append(_replay(spec, work, scaler, config, f"{name} / {derate:g}"))
         mean: FloatArray = replicas.mean(axis=0)
         for multiple in FIXED_MULTIPLES:

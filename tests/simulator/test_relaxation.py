@@ -11,9 +11,10 @@ import pytest
 from simengine.perf_model import EngineProfile
 from simulator.engine import SimConfig, simulate
 from simulator.metrics import summarize
+from simulator.reference import spill
 from simulator.relaxation import energy, relaxation_bound, token_slot_s
 from simulator.scaler import StaticScaler
-from simulator.spec import FleetSpec
+from simulator.spec import FleetSpec, fluid_goodput_tokens_per_s
 from tests.simulator.conftest import policy, pool, spec_of, workload
 from tests.simulator.test_bound import Fixed
 
@@ -104,3 +105,14 @@ def test_a_decode_token_costs_the_full_batch_tpot_when_base_exceeds_the_slope() 
     # A slope steeper than the base: the lone sequence's state binds.
     steep = EngineProfile("s", 4, 1000.0, 10.0, 100.0, 1000.0, 1000)
     assert token_slot_s(4, steep.tpot_ms) == pytest.approx(4 * 0.010)
+
+
+def test_a_derated_plan_spills_what_a_pool_cannot_hold_to_the_next_cheapest() -> None:
+    spec = _spec(0, 0)  # SLOW ($1, max 3) then FAST ($3, max 2) per token
+    plan = np.asarray([[2.0, 0.0], [4.0, 0.0]])
+    out = spill(spec, plan)
+    assert out[0].tolist() == [2.0, 0.0]
+    assert out[1, 0] == 3.0
+    # One SLOW replica's fluid goodput moved to FAST, at FAST's goodput per replica.
+    slow, fast = (fluid_goodput_tokens_per_s(pr, 20.0) for pr in spec.profiles)
+    assert out[1, 1] == pytest.approx(slow / fast)
