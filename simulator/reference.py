@@ -28,7 +28,7 @@ from simulator.relaxation import Relaxation, relaxation_bound
 from simulator.scaler import Scaler, StaticScaler
 from simulator.spec import FleetSpec, fluid_goodput_tokens_per_s
 
-DERATINGS: tuple[float, ...] = (1.0, 0.8, 0.6)
+DERATINGS: tuple[float, ...] = (1.0, 0.95, 0.9, 0.8, 0.6)
 FIXED_MULTIPLES: tuple[float, ...] = (1.0, 2.0)
 
 

@@ -94,6 +94,6 @@ def test_the_valid_bound_is_under_the_achievable_reference_on_a_variant(tmp_path
     )
     ref = doc["reference"]
     assert doc["scenario"]["variant"] == "code"
-    assert len(ref["candidates"]) == 11
+    assert len(ref["candidates"]) == 15
     assert ref["best"] is not None
     assert 0 < doc["relaxation_bound"]["total_usd"] <= ref["best"]["usd"]
