@@ -13,6 +13,8 @@ inputs; a change to the scoring model must be made in both.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -25,6 +27,20 @@ from router.snapshot import ModelView
 # one model of n random pools, the two paths cost the same at about 16 (scalar 0.6x the
 # vector's time at 4 pools, 2x at 64).
 MAX_SCALAR_POOLS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficMix:
+    """A model's recent requests on average: prompt and output tokens per request.
+
+    The queue model prices the requests waiting ahead of a new one by these; without
+    them it falls back to the new request's own prompt and the policy's
+    ``expected_output_tokens``, a constant written for one workload (it overstated a
+    code-completion queue's drain time ~8x and understated a long-context one's).
+    """
+
+    prompt_tokens: float
+    output_tokens: float
 
 
 class Scored(NamedTuple):
@@ -60,6 +76,7 @@ def score_scalar(
     ramp_draw: float,
     near_tie: float,
     fallback_fastest: bool,
+    mix: TrafficMix | None = None,
 ) -> Scored:
     """Score the model's pools one by one; the same answer as ``score_vector``."""
     v = view.lists  # built once per snapshot
@@ -92,7 +109,13 @@ def score_scalar(
     ttft, tpot, cost, load, feasible = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [False] * n
     for j in range(n):
         prefill = prompt_tokens * v.prefill_ms_per_token[j]
-        service_ms = prefill + expected_output_tokens * v.tpot_queue_ms[j]
+        if mix is None:
+            service_ms = prefill + expected_output_tokens * v.tpot_queue_ms[j]
+        else:
+            service_ms = (
+                mix.prompt_tokens * v.prefill_ms_per_token[j]
+                + mix.output_tokens * v.tpot_queue_ms[j]
+            )
         inv = v.inv_slots[j]
         queued = max(inflight[j] + v.one_minus_slots[j], 0.0)
         t = rtts[j] + queued * service_ms * inv + prefill
@@ -105,7 +128,7 @@ def score_scalar(
             and t <= ttft_limit_ms
             and tp <= tpot_limit_ms
             and v.priced[j]
-            and (caps is None or ld <= caps[j])
+            and (caps is None or _outside_reserve(inflight[j], v.one_minus_slots[j], caps[j]))
         )
 
     n_feasible = sum(feasible)
@@ -135,6 +158,17 @@ def score_scalar(
     )  # fmt: skip
 
 
+def _outside_reserve(inflight: float, one_minus_slots: float, cap: float) -> bool:
+    """Whether one more request fits outside the slots reserved for near clients (a
+    share ``1 - cap`` of the pool's slots, rounded down to whole slots); the scalar
+    twin of ``score_vector``'s reserve rule, the same operations in the same order."""
+    slots = max(1.0 - one_minus_slots, 1e-9)
+    reserve = (1.0 - cap) * slots + 1e-9
+    # np.floor keeps inf and nan (math.floor raises on them).
+    reserve = float(math.floor(reserve)) if math.isfinite(reserve) else reserve
+    return inflight + 1.0 <= slots - reserve
+
+
 def score_vector(
     view: ModelView,
     policy: CompiledPolicy,
@@ -150,6 +184,7 @@ def score_vector(
     ramp_draw: float,
     near_tie: float,
     fallback_fastest: bool,
+    mix: TrafficMix | None = None,
 ) -> Scored:
     """Score the model's pools with NumPy: the reference that ``score_scalar`` (same
     arguments, same answer) is checked against. The steps are those of the
@@ -160,9 +195,15 @@ def score_vector(
     prefill = prompt_tokens * view.prefill_ms_per_token
     # A request beyond the batch slots waits for a fraction of one service time per
     # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
-    # requests ahead are priced at the model's expected (mean) output, decoded at the
-    # TPOT of a full batch, not at this request's own numbers.
-    service_ms = prefill + expected_output_tokens * view.tpot_queue_ms
+    # requests ahead hold their slots through their own prefill and decode: priced at
+    # the traffic's mean prompt and output (the policy's expected output and this
+    # request's prompt when unknown), decoded at the TPOT of a full batch.
+    if mix is None:
+        service_ms = prefill + expected_output_tokens * view.tpot_queue_ms
+    else:
+        service_ms = (
+            mix.prompt_tokens * view.prefill_ms_per_token + mix.output_tokens * view.tpot_queue_ms
+        )
     queued = np.maximum(inflight + view.one_minus_slots, 0.0)
     ttft = rtt + queued * service_ms * view.inv_slots + prefill
     load = (inflight + 1.0) * view.inv_slots
@@ -193,7 +234,12 @@ def score_vector(
     # tpot_headroom), and far clients out of the slots reserved for near ones.
     feasible = eligible & (ttft <= ttft_limit_ms) & (tpot <= tpot_limit_ms) & view.priced
     if load_cap is not None:
-        feasible &= load <= load_cap
+        # The reserve is whole slots, the share kept for near clients rounded down: a
+        # pool of a few slots (long prompts make slots dear) is not kept from far
+        # clients for a fraction of a slot that nobody can use.
+        # (At least 1e-9 slots: a pool with none is not eligible, and -inf x 0 is NaN.)
+        slots = np.maximum(1.0 - view.one_minus_slots, 1e-9)
+        feasible &= inflight + 1.0 <= slots - np.floor((1.0 - load_cap) * slots + 1e-9)
 
     n_feasible = int(np.count_nonzero(feasible))
     if n_feasible == 1:

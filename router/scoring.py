@@ -27,7 +27,7 @@ import numpy as np
 from base.errors import ModelNotFound
 from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy
-from router.score_core import MAX_SCALAR_POOLS, score_scalar, score_vector
+from router.score_core import MAX_SCALAR_POOLS, TrafficMix, score_scalar, score_vector
 from router.snapshot import Snapshot
 
 P = ParamSpec("P")
@@ -278,15 +278,18 @@ def rank(
     snapshot: Snapshot,
     local_inflight: FloatArray | None = None,
     local_blocked: BoolArray | None = None,
+    mix: TrafficMix | None = None,
 ) -> Ranking:
     """Rank the pools serving ``request.model``. Pure; raises ModelNotFound only.
 
     ``local_inflight`` (requests, aligned with the policy) is this gateway replica's own
     in-flight count, fresher than the snapshot's sum over the other replicas.
     ``local_blocked`` marks pools this replica has ejected but the snapshot does not
-    show yet. An unknown client region or SLO class falls back to the policy defaults.
-    Models with at most ``MAX_SCALAR_POOLS`` pools are scored with Python floats
-    (``router.score_core``), others with NumPy; both give the same answer.
+    show yet. ``mix`` is the model's recent traffic, which prices the queue ahead (None:
+    this request's prompt and the policy's expected output). An unknown client region
+    or SLO class falls back to the policy defaults. Models with at most
+    ``MAX_SCALAR_POOLS`` pools are scored with Python floats (``router.score_core``),
+    others with NumPy; both give the same answer.
     """
     view = snapshot.views.get(request.model)
     if view is None:
@@ -313,7 +316,7 @@ def rank(
         view, policy, key, region_allowed, local_inflight,
         local_blocked, request.prompt_tokens, spec.expected_output_tokens, est_tokens,
         ttft_limit, tpot_limit, request.ramp_draw, pol.routing.near_tie,
-        pol.routing.fallback == "fastest",
+        pol.routing.fallback == "fastest", mix,
     )  # fmt: skip
     return _new_ranking(
         request=request,

@@ -147,16 +147,21 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
     out: dict[str, ModelView] = {}
     for model, m in policy.by_model.items():
         spec = policy.policy.models[model]
-        # A replica admits sequences until its TPOT reaches the model's default SLO (that
-        # is what max_concurrency means), so a full batch decodes at about that TPOT.
-        full = np.maximum(policy.tpot_ms[m], policy.slo[spec.default_slo].tpot_ms)
+        # The goodput profile says a full batch (max_concurrency sequences) emits
+        # tokens_per_s, so each of them gets a token every concurrency / tokens_per_s:
+        # that is where the predicted TPOT grows to. (Taking the SLO's TPOT for it put a
+        # full batch past the TPOT headroom by construction: a pool of a few slots
+        # looked infeasible whenever one of them was busy.) Queued work is still priced
+        # at the SLO's TPOT at least: a replica may admit sequences up to it.
+        full = np.maximum(policy.tpot_ms[m], policy.concurrency[m] * 1000.0 / policy.goodput_tps[m])
+        drain = np.maximum(full, policy.slo[spec.default_slo].tpot_ms)
         out[model] = ModelView(
             members=m,
             inflight=snap.inflight[m],
             tpot_base_ms=policy.tpot_ms[m],
             tpot_span_ms=full - policy.tpot_ms[m],
             tpot_measured_ms=measured_ms[m],
-            tpot_queue_ms=np.maximum(full, measured_ms[m]),
+            tpot_queue_ms=np.maximum(drain, measured_ms[m]),
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
             one_minus_slots=1.0 - slots[m],

@@ -19,8 +19,12 @@ from simulator.bound import Bound, lower_bound
 from simulator.engine import Progress, RunResult, SimConfig, Workload, simulate
 from simulator.metrics import Series, Summary, summarize
 from simulator.policies import RoutingPolicy
+from simulator.relaxation import Relaxation, relaxation_bound
 from simulator.scaler import ReactiveScaler, Scaler
 from simulator.spec import FleetSpec
+
+# The share of the attainable SLO attainment the valid bound (b) must reach.
+RELAXATION_TARGET = 0.99
 
 POLICIES: tuple[str, ...] = (
     "round-robin",
@@ -38,7 +42,9 @@ POLICIES: tuple[str, ...] = (
 @dataclass(frozen=True, eq=False)
 class Comparison:
     """Every policy's run, summary and series (same order), and the offline bounds: the
-    LP relaxation and (unless skipped) the integer bound."""
+    LP relaxation and (unless skipped) the integer bound, both fluid and for serving
+    every request, and ``relaxation``, the valid bound for ``RELAXATION_TARGET`` of the
+    attainable SLO (``simulator.relaxation``)."""
 
     spec: FleetSpec
     work: Workload
@@ -49,6 +55,7 @@ class Comparison:
     summaries: list[Summary]
     series: list[Series]
     seconds: float
+    relaxation: Relaxation | None = None
 
 
 def policy_rng(seed: int, name: str) -> np.random.Generator:
@@ -78,6 +85,7 @@ def compare(
     routers = [RoutingPolicy.create(name, spec, policy_rng(config.seed, name)) for name in names]
     bound = lower_bound(spec, work, window_s)
     with ThreadPoolExecutor(max_workers=1) as pool:
+        relaxed = pool.submit(relaxation_bound, spec, work, RELAXATION_TARGET, window_s)
         pending = (
             None
             if block_s is None or integer_bound is not None
@@ -91,6 +99,7 @@ def compare(
         if on_policy is not None and pending is not None and not pending.done():
             on_policy("integer bound")
         integer = integer_bound if pending is None else pending.result()
+        relaxation = relaxed.result()
     summaries, series = [], []
     for run in runs:
         summary, ser = summarize(
@@ -99,5 +108,6 @@ def compare(
         summaries.append(summary)
         series.append(ser)
     return Comparison(
-        spec, work, config, bound, integer, runs, summaries, series, time.perf_counter() - started
-    )
+        spec, work, config, bound, integer, runs, summaries, series,
+        time.perf_counter() - started, relaxation,
+    )  # fmt: skip

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from base.types import FloatArray
+from base.types import BoolArray, FloatArray
 from simulator.engine import RunResult, Workload
 from simulator.spec import FleetSpec
 
@@ -77,6 +77,22 @@ def latencies(spec: FleetSpec, work: Workload, run: RunResult) -> tuple[FloatArr
     decode = np.nan_to_num(run.done_s[m] - run.first_s[m], nan=np.inf)
     tpot = np.where(steps > 0, decode / np.maximum(steps, 1), 0.0)
     return ttft, tpot
+
+
+def servable(spec: FleetSpec, work: Workload) -> BoolArray:
+    """Per measured request: some pool its client may use meets its TTFT alone (RTT +
+    prefill) and the TPOT SLO with one sequence running. What no policy can beat."""
+    m = slice(work.n_warm, None)
+    ttft_ms = (spec.rtt_s[work.client[m]] + work.prefill_s[m]) * 1000.0
+    tpot_ok = np.asarray([pr.tpot_base_ms <= spec.slo.tpot_ms for pr in spec.profiles])
+    out: BoolArray = ((ttft_ms <= spec.slo.ttft_ms + 1e-6) & tpot_ok[None, :]).any(axis=1)
+    return out
+
+
+def attainable(spec: FleetSpec, work: Workload) -> float:
+    """The attainable SLO attainment: the share of measured requests ``servable``."""
+    ok = servable(spec, work)
+    return float(ok.mean()) if len(ok) else 1.0
 
 
 def window_cost(spec: FleetSpec, run: RunResult, edges: FloatArray) -> FloatArray:

@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from base.types import FloatArray, IntArray
+from router.score_core import TrafficMix
 from router.scoring import RouteRequest, rank
 from router.snapshot import PoolRow, Snapshot
 from simulator.errors import SimulationError
@@ -144,9 +145,13 @@ class LeastQueue(RoutingPolicy, name="least-queue"):
 class Skyroute(RoutingPolicy, name="skyroute"):
     """The gateway's own ``router.scoring.rank`` on a Snapshot of the simulated fleet:
     ready replicas and TPOT EWMAs refreshed every ``refresh_s`` (or when replicas change),
-    in-flight counts passed as the gateway replica's fresh ``local_inflight``."""
+    in-flight counts passed as the gateway replica's fresh ``local_inflight``, and the
+    traffic mix (mean prompt and output tokens) the gateway has seen: a running mean
+    over the last ~``mix_requests`` requests (prompts at arrival, outputs at
+    completion), starting from the policy's expected output."""
 
     refresh_s = 1.0
+    mix_requests = 256
 
     def __init__(self, spec: FleetSpec, rng: np.random.Generator) -> None:
         super().__init__(spec, rng)
@@ -154,6 +159,13 @@ class Skyroute(RoutingPolicy, name="skyroute"):
         self.snapshot = Snapshot.empty(spec.compiled)
         self.taken_at = -np.inf
         self.version = -1
+        self.prompt_mean, self.n_prompt = 0.0, 0
+        self.output_mean = float(spec.compiled.policy.models[spec.model].expected_output_tokens)
+        self.n_output = 0
+
+    def _mean(self, mean: float, n: int, value: float) -> tuple[float, int]:
+        n = min(n + 1, self.mix_requests)
+        return mean + (value - mean) / n, n
 
     def _snapshot(self, now: float, fleet: Fleet) -> Snapshot:
         if fleet.ready_version != self.version or now - self.taken_at >= self.refresh_s:
@@ -169,6 +181,7 @@ class Skyroute(RoutingPolicy, name="skyroute"):
 
     def choose(self, i: int, client: int, prompt: int, now: float, fleet: Fleet) -> int:
         """First pool of the router's ranking."""
+        self.prompt_mean, self.n_prompt = self._mean(self.prompt_mean, self.n_prompt, prompt)
         request = RouteRequest(
             model=self.spec.model,
             prompt_tokens=prompt,
@@ -176,7 +189,13 @@ class Skyroute(RoutingPolicy, name="skyroute"):
             slo_class=self.spec.slo_class,
             client_region=self.spec.regions[client],
         )
-        ranking = rank(request, self.spec.compiled, self._snapshot(now, fleet), fleet.inflight)
+        mix = TrafficMix(self.prompt_mean, self.output_mean)
+        snapshot = self._snapshot(now, fleet)
+        ranking = rank(request, self.spec.compiled, snapshot, fleet.inflight, mix=mix)
         if len(ranking.order) == 0:
             return self.fallback(client, fleet)
         return self.local[int(ranking.order[0])]
+
+    def observe(self, client: int, pool: int, latency_s: float, output_tokens: int) -> None:
+        """A response finished: its output joins the traffic mix."""
+        self.output_mean, self.n_output = self._mean(self.output_mean, self.n_output, output_tokens)

@@ -65,13 +65,25 @@ def format_table(cmp: Comparison) -> str:
     if cmp.integer_bound is not None:
         rows.append(_bound_row(cmp, cmp.integer_bound, "integer bound", providers))
         unservable = max(unservable, cmp.integer_bound.unservable)
+    relax = ""
+    if cmp.relaxation is not None:
+        r = cmp.relaxation
+        gaps = ", ".join(
+            f"{s.policy} {_gap(s.provisioned_usd / r.total_usd - 1.0) if r.total_usd else ''}"
+            for s in cmp.summaries
+        )
+        relax = (
+            f"\n\nValid lower bound (b) for {100 * r.target:g} % of the attainable SLO: "
+            f"${r.total_usd:.2f} (per-request flexible-time relaxation, {r.window_s:g} s "
+            f"windows). Gap to it: {gaps}."
+        )
     note = (
         "\n\n\\* A bound meets every SLO by construction; it leaves "
         f"{unservable} requests that no pool can serve in time (or beyond every pool's max) "
         "unserved. LP: fractional replicas, boots free. Integer: whole replicas, each boot "
         "after t = 0 billed its provisioning time."
     )
-    return "\n".join("| " + " | ".join(r) + " |" for r in rows) + note
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows) + note + relax
 
 
 def _bound_json(b: Bound) -> dict[str, Any]:
@@ -99,6 +111,16 @@ def to_json(cmp: Comparison, scenario: dict[str, Any]) -> dict[str, Any]:
         "pools": list(cmp.spec.pool_ids),
         "bound": _bound_json(cmp.bound),
         "integer_bound": None if ib is None else _bound_json(ib),
+        "relaxation_bound": None
+        if cmp.relaxation is None
+        else {
+            "total_usd": cmp.relaxation.total_usd,
+            "target": cmp.relaxation.target,
+            "window_s": cmp.relaxation.window_s,
+            "needed_requests": cmp.relaxation.needed,
+            "served_per_pool": cmp.relaxation.served_per_pool.tolist(),
+            "status": cmp.relaxation.status,
+        },
         "policies": [
             {
                 "summary": asdict(s),
@@ -127,9 +149,16 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def write_json(cmp: Comparison, scenario: dict[str, Any], path: Path) -> Path:
-    """Write ``to_json`` to ``path`` (inf and NaN as null); returns it."""
-    path.write_text(json.dumps(_finite(to_json(cmp, scenario)), indent=1, allow_nan=False))
+def write_json(
+    cmp: Comparison,
+    scenario: dict[str, Any],
+    path: Path,
+    reference: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``to_json`` (with the achievable ``reference``, if searched) to ``path``
+    (inf and NaN as null); returns it."""
+    doc = {**to_json(cmp, scenario), "reference": reference}
+    path.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False))
     return path
 
 

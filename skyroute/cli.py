@@ -108,7 +108,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         slo_class=args.slo or (model.default_slo if model else ""),
         client_region=args.client_region or compiled.policy.routing.default_client_region,
     )
-    print(explain(compiled, request, redis_url, prefix or "sr:v1"))
+    print(explain(compiled, request, redis_url, prefix or "sr:v1", compare=args.compare))
     return 0
 
 
@@ -201,6 +201,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--slo", help="SLO class (default: the model's)")
     p.add_argument("--client-region", help="client region (default: the policy's)")
     p.add_argument("--policy", help="routing policy YAML (env SKYROUTE_POLICY)")
+    p.add_argument("--compare", action="store_true", help="also show what each baseline would pick")
     p.set_defaults(func=cmd_explain)
     return parser
 

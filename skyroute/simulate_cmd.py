@@ -12,21 +12,25 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from live.policy_file import load_policy
 from router.policy import Policy
 from simulator.bound import lower_bound
-from simulator.compare import POLICIES, compare
+from simulator.compare import POLICIES, RELAXATION_TARGET, Comparison, compare
 from simulator.engine import SimConfig, Workload
 from simulator.errors import SimulationError
 from simulator.hindsight import HindsightScaler
 from simulator.progress import ProgressBar
+from simulator.reference import Reference, achievable_reference
 from simulator.report import format_table, write_json, write_plots
 from simulator.scaler import ReactiveScaler, Scaler, StaticScaler
 from simulator.spec import FleetSpec, auto_scale, parse_fraction
 from simulator.trace import TIME_UNITS, read_trace
+from simulator.variants import VARIANTS, variant
 from skyroute.simulate_planner import PlannerScaler, sim_config
 
 _LONG_RUN = 20_000  # request-runs above which the progress bar is shown
@@ -68,6 +72,30 @@ def parse_weights(text: str) -> dict[str, float]:
     return out
 
 
+def _reference_json(ref: Reference | None) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    return {
+        "threshold": ref.threshold,
+        "best": None if ref.best is None else asdict(ref.best),
+        "candidates": [asdict(c) for c in ref.candidates],
+    }
+
+
+def _reference_text(ref: Reference, cmp: Comparison) -> str:
+    """The achievable reference (a) and each policy's gap to it."""
+    if ref.best is None:
+        return f"\nachievable reference (a): no searched fleet reached {100 * ref.threshold:.2f} %"
+    usd = ref.best.usd
+    gaps = ", ".join(
+        f"{s.policy} {100 * (s.provisioned_usd / usd - 1):+.1f}%" for s in cmp.summaries
+    )
+    return (
+        f"\nachievable reference (a), not a bound: ${usd:.2f} at "
+        f"{100 * ref.best.attainment:.2f} % ({ref.best.label}). Gap to it: {gaps}."
+    )
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``simulate`` to the ``skyroute`` command line."""
     p = subparsers.add_parser(
@@ -84,6 +112,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="auto",
         help="unit of numeric trace timestamps (Mooncake's are ms); 'auto' detects it from "
         "their magnitude and median gap, and the output says which was used",
+    )
+    p.add_argument(
+        "--variant",
+        choices=sorted(VARIANTS),
+        default="original",
+        help="reshape the trace into a stress variant (simulator/variants.py)",
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="also search for the achievable reference (a): the cheapest fleet of a fixed "
+        "search (clairvoyant plans derated, fixed fleets) reaching 99 %% of the attainable "
+        "SLO, replayed with skyroute's routing (slower)",
     )
     p.add_argument("--policy", help="routing policy YAML (default: the demo fleet)")
     p.add_argument("--model", help="model the trace asks for (default: the first chat model)")
@@ -140,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
 
     policy = load_policy(Path(args.policy) if args.policy else demo_policy_path())
     trace = read_trace(args.trace, args.time_unit).head(args.max_requests).sped_up(args.speedup)
+    trace = variant(trace, args.variant)
     if args.scale_fleet == "auto":
         span = max(trace.duration_s, 1e-9)
         scale = auto_scale(
@@ -192,6 +234,19 @@ def run(args: argparse.Namespace) -> int:
     )
     if bar:
         bar.close()
+    reference = (
+        achievable_reference(
+            spec,
+            work,
+            config,
+            RELAXATION_TARGET,
+            cmp.integer_bound,
+            args.bound_window_s,
+            cmp.relaxation,
+        )
+        if args.reference
+        else None
+    )
     # Never into the working directory unasked: a run gets a directory of its own.
     out = (
         Path(args.out)
@@ -218,10 +273,11 @@ def run(args: argparse.Namespace) -> int:
         "scaler": args.scaler,
         "bound_window_s": args.bound_window_s,
         "bound_block_s": args.bound_block_s,
+        "variant": args.variant,
     }
     table = format_table(cmp)
     (out / "table.md").write_text(table + "\n")
-    write_json(cmp, scenario, out / "result.json")
+    write_json(cmp, scenario, out / "result.json", _reference_json(reference))
     plots = [] if args.no_plots else write_plots(cmp, out)
     how = "given" if trace.time_unit_note == "given" else f"detected: {trace.time_unit_note}"
     print(f"trace timestamps read as {trace.time_unit} ({how})")
@@ -231,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
         f"fleet scale {scale:.5g}, seed {args.seed}"
     )
     print(table)
+    if reference is not None:
+        print(_reference_text(reference, cmp))
     print(
         f"simulated {len(names)} policies + bounds in {cmp.seconds:.1f} s; wrote {out}/result.json",
         end="",

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from autoscaler.decide import decide
+from autoscaler.decide import decide, served_share
 from autoscaler.demand import DemandHistory
 from autoscaler.fleet import PoolStatus
 from autoscaler.goodput import GoodputObservation
@@ -388,3 +388,33 @@ def test_a_new_empty_group_grows_to_its_minimum_before_any_demand_is_seen() -> N
     at_min = statuses(policy, {"aws:us-east-1:floor": 2})
     held = decide(nothing, at_min, prices(policy), policy, plan.state, config())
     assert _targets(held) == {"aws:us-east-1:floor": 2}
+
+
+def test_a_long_mean_prompt_does_not_rule_out_a_pool_most_requests_fit() -> None:
+    # A 12k-token mean prefills in 1.5 s at 8k tokens/s, over the 1.4 s left of a 2 s TTFT
+    # after the 30 % margin; yet ~60 % of the requests (exponential lengths) fit. The
+    # EU clients may use only this pool: judged by the mean they got no capacity at all.
+    pools = [pool_doc("aws:eu-west-1:a100", region="eu-west-1", prefill=8000.0)]
+    policy = make_policy(pools, {"eu": {"aws:eu-west-1": 5.0}})
+    demand = history({"eu": steady(1000.0)}, prompt_tokens=12_000.0)
+    plan = decide(demand, statuses(policy), prices(policy), policy, ScalerState(), config())
+    assert _targets(plan) == {"aws:eu-west-1:a100": 1}
+    assert next(iter(plan.demand)).pools == ("aws:eu-west-1:a100",)
+
+
+def test_a_pool_that_fits_only_a_small_share_of_the_prompts_gets_none() -> None:
+    # At 1k tokens/s only prompts under 1.4k tokens fit: 11 % of a 12k-token mean.
+    pools = [
+        pool_doc("aws:eu-west-1:slow", region="eu-west-1", prefill=1000.0, usd=0.5),
+        pool_doc("aws:eu-west-1:fast", region="eu-west-1", prefill=20_000.0, usd=2.0),
+    ]
+    policy = make_policy(pools, {"eu": {"aws:eu-west-1": 5.0}})
+    demand = history({"eu": steady(1000.0)}, prompt_tokens=12_000.0)
+    plan = decide(demand, statuses(policy), prices(policy), policy, ScalerState(), config())
+    assert _targets(plan) == {"aws:eu-west-1:slow": 0, "aws:eu-west-1:fast": 1}
+
+
+def test_served_share_follows_the_exponential_law() -> None:
+    assert served_share(-1.0, 1000.0) == 0.0
+    assert served_share(1000.0, 0.0) == 1.0
+    assert abs(served_share(1000.0 * np.log(2.0), 1000.0) - 0.5) < 1e-12

@@ -19,7 +19,7 @@ import pytest
 from router.compiled import CompiledPolicy, compile_policy
 from router.health import HealthRecord, PoolState
 from router.policy import Policy
-from router.score_core import MAX_SCALAR_POOLS, Scored, score_scalar, score_vector
+from router.score_core import MAX_SCALAR_POOLS, Scored, TrafficMix, score_scalar, score_vector
 from router.scoring import RouteRequest, rank
 from router.snapshot import PoolRow, Snapshot
 
@@ -108,11 +108,17 @@ def both(rng: np.random.Generator) -> tuple[Scored, Scored]:
     # A draw equal to some pool's weight now and then: the boundary of the ramp test.
     ramp_draw = float(rng.choice(view.weight)) if rng.random() < 0.3 else float(rng.random())
     routing = policy.policy.routing
+    # Half the cases price the queue by a traffic mix (what the simulator passes).
+    mix = (
+        TrafficMix(float(rng.uniform(10, 12_000)), float(rng.uniform(1, 600)))
+        if rng.random() < 0.5
+        else None
+    )
     args = (
         view, policy, key, allowed, local, blocked, int(rng.integers(1, 4000)), 211,
         int(rng.integers(10, 6000)), slo.ttft_ms * policy.keep_ttft,
         slo.tpot_ms * policy.keep_tpot, ramp_draw, routing.near_tie,
-        routing.fallback == "fastest",
+        routing.fallback == "fastest", mix,
     )  # fmt: skip
     return score_scalar(*args), score_vector(*args)
 

@@ -617,14 +617,34 @@ def test_first_attempt_is_feasible_and_within_near_tie_of_the_cheapest_feasible_
     assert tie_won_on_load > 5
 
 
-def test_unmeasured_tpot_grows_with_batch_occupancy_to_the_default_slo_tpot() -> None:
-    policy = _compile(_pool(CHEAP, price=1.0))
+# 8 slots emitting 133.3 tokens/s together: a full batch decodes at 60 ms per token.
+FULL_AT_60MS = {
+    "tokens_per_s": 8000 / 60,
+    "prefill_tokens_per_s": 10000,
+    "max_concurrency": 8,
+    "tpot_ms": 30,
+}
+
+
+def test_unmeasured_tpot_grows_with_batch_occupancy_to_the_profiles_full_batch_tpot() -> None:
+    policy = _compile(_pool(CHEAP, price=1.0, goodput=FULL_AT_60MS))
     idle = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=0.0)))
     half = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=3.0)))  # load 4/8
     full = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=20.0)))
 
-    # 30 ms profile TPOT at an empty batch, the default SLO's 60 ms at a full one.
+    # 30 ms profile TPOT at an empty batch, max_concurrency / tokens_per_s at a full one.
     assert [r.tpot_ms[0] for r in (idle, half, full)] == pytest.approx([30 + 30 / 8, 45.0, 60.0])
+
+
+def test_a_full_batch_faster_than_the_slo_stays_feasible() -> None:
+    # One slot at 33.3 tokens/s: a full batch (this request alone) decodes at 30 ms,
+    # under the 60 ms SLO less its headroom. It missed it when a full batch was taken
+    # to decode at the SLO's TPOT, so a pool of few slots looked infeasible when busy.
+    one_slot = {**FULL_AT_60MS, "tokens_per_s": 1000 / 30, "max_concurrency": 1}
+    policy = _compile(_pool(CHEAP, price=1.0, goodput=one_slot), tpot_headroom=0.1)
+    ranking = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=0.0)))
+    assert ranking.tpot_ms[0] == pytest.approx(30.0)
+    assert ranking.n_feasible == 1
 
 
 def test_slo_headroom_rejects_a_pool_predicted_just_under_the_target() -> None:

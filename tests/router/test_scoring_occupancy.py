@@ -7,9 +7,19 @@ import numpy as np
 import pytest
 
 from router.compiled import CompiledPolicy
+from router.score_core import TrafficMix
 from router.scoring import rank
 from router.snapshot import PoolRow
-from tests.router.test_scoring import CHEAP, PRICEY, _compile, _order, _pool, _req, _snap
+from tests.router.test_scoring import (
+    CHEAP,
+    FULL_AT_60MS,
+    PRICEY,
+    _compile,
+    _order,
+    _pool,
+    _req,
+    _snap,
+)
 
 # The cheap pool is 1 ms from "eu" and 80 ms from "us"; the pricey one only serves "us".
 REGIONS = {
@@ -31,7 +41,7 @@ def _reserved(reserve: float, near_rtt_ms: float = 50.0) -> CompiledPolicy:
 def test_a_low_measured_tpot_does_not_hide_fresh_load() -> None:
     # Measured at a light load; 6 of 8 slots are now busy, so the profile's 30 -> 60 ms
     # curve at 7/8 occupancy is the prediction.
-    policy = _compile(_pool(CHEAP, price=1.0))
+    policy = _compile(_pool(CHEAP, price=1.0, goodput=FULL_AT_60MS))
     row = PoolRow(inflight=6.0, tpot_ewma_ms=33.0)
 
     ranking = rank(_req(), policy, _snap(policy, cheap=row))
@@ -40,7 +50,7 @@ def test_a_low_measured_tpot_does_not_hide_fresh_load() -> None:
 
 
 def test_fresh_local_inflight_raises_the_predicted_tpot_before_the_next_snapshot() -> None:
-    policy = _compile(_pool(CHEAP, price=1.0))
+    policy = _compile(_pool(CHEAP, price=1.0, goodput=FULL_AT_60MS))
     snapshot = _snap(policy, cheap=PoolRow(inflight=0.0, tpot_ewma_ms=31.0))
 
     idle = rank(_req(), policy, snapshot, np.zeros(1))
@@ -121,3 +131,32 @@ def test_queued_work_drains_at_a_full_batchs_tpot_whatever_the_last_measurement_
         ranking = rank(_req(), policy, snapshot)
         expected = 1.0 + (prefill_ms + 100 * drain_ms) / 8 + prefill_ms
         assert ranking.ttft_ms[0] == pytest.approx(expected)
+
+
+def test_the_queue_ahead_is_priced_by_the_traffic_mix_when_given() -> None:
+    # 8 slots all busy: this request is first in the queue and waits 1/8 of the service
+    # time of a request ahead, which the mix says is 10 output tokens at the drain TPOT
+    # (the 60 ms SLO: nothing measured) and no prompt.
+    policy = _compile(_pool(CHEAP, price=1.0, goodput=FULL_AT_60MS))
+    idle = rank(_req(), policy, _snap(policy, cheap=PoolRow(inflight=0.0)))
+    busy = _snap(policy, cheap=PoolRow(inflight=8.0))
+    mixed = rank(_req(), policy, busy, mix=TrafficMix(prompt_tokens=0.0, output_tokens=10.0))
+    default = rank(_req(), policy, busy)
+
+    assert mixed.ttft_ms[0] - idle.ttft_ms[0] == pytest.approx(10 * 60.0 / 8)
+    # Without a mix the policy's expected output (and this prompt) price the queue.
+    assert default.ttft_ms[0] > mixed.ttft_ms[0]
+
+
+def test_the_near_reserve_is_whole_slots_so_a_small_pool_takes_far_clients_when_busy() -> None:
+    policy = _compile(
+        _pool(CHEAP, price=1.0, goodput={**FULL_AT_60MS, "max_concurrency": 2}),
+        _pool(PRICEY, price=2.0, goodput=FULL_AT_60MS),
+        client_regions=REGIONS,
+        near_reserve=0.25,
+        near_rtt_ms=50.0,
+    )
+    # 25 % of 2 slots is half a slot: rounded down, nothing is kept back, so a far client
+    # may take the second slot (the share alone capped it at 1.5 of 2 slots: one).
+    one_busy = _snap(policy, cheap=PoolRow(inflight=1.0))
+    assert _order(rank(_req(client_region="us"), policy, one_busy))[0] == CHEAP

@@ -86,3 +86,14 @@ def test_simulate_says_which_timestamp_unit_it_used(tmp_path, capsys) -> None:
     doc = simulate_cli(tmp_path / "given", *args, "--time-unit", "s", "--max-requests", "20")
     assert "timestamps read as s (given)" in capsys.readouterr().out
     assert doc["scenario"]["time_unit"] == "s"
+
+
+def test_the_valid_bound_is_under_the_achievable_reference_on_a_variant(tmp_path: Path) -> None:
+    doc = simulate_cli(
+        tmp_path, "--variant", "code", "--reference", "--policies", "skyroute,cheapest-free-slot"
+    )
+    ref = doc["reference"]
+    assert doc["scenario"]["variant"] == "code"
+    assert len(ref["candidates"]) == 15
+    assert ref["best"] is not None
+    assert 0 < doc["relaxation_bound"]["total_usd"] <= ref["best"]["usd"]

@@ -100,5 +100,8 @@ def test_skyroute_takes_the_first_pool_of_the_real_router_ranking() -> None:
 
 def test_skyroute_takes_the_cheapest_pool_while_it_meets_the_slo() -> None:
     spec, fleet = _setup()
-    fleet.submit(0, CHEAP, 0.0)
     assert _choose("skyroute", spec, fleet, prompt=400) == CHEAP
+    # With one sequence running, a second decodes at the profile's 20 ms (2 of 2 slots
+    # busy), over the 15 ms TPOT SLO: the dear pool, idle, meets it.
+    fleet.submit(0, CHEAP, 0.0)
+    assert _choose("skyroute", spec, fleet, prompt=400) == DEAR
