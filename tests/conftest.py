@@ -51,6 +51,16 @@ def _data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     patch.undo()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With pytest-xdist's ``--dist loadgroup`` (``scripts/test``), each test file runs
+    whole in one process, so its module fixtures (fleets, gateways, a demo) start once;
+    files marked ``spread`` hold independent, CPU-heavy tests that are shared out one by
+    one instead."""
+    for item in items:
+        if item.get_closest_marker("spread") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(autouse=True)
 def _figures_in_the_report(request: pytest.FixtureRequest) -> Iterator[None]:
     """Move the figures a test measured into its report, so that they reach the process

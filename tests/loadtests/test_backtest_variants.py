@@ -29,7 +29,10 @@ BOUNDS = {
     "noisier": (30.0, 0.75),  # +25.1 %, 0.23 %
 }
 
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+pytestmark = [
+    pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present"),
+    pytest.mark.spread,  # six independent replays of ~20 s each: share them out
+]
 
 
 def _replayed(name: str) -> VariantResult:

@@ -51,6 +51,7 @@ OPERATIONS = [
     ("GET", "/admin/pools"),
     ("GET", "/admin/pools/{pool_id}"),
     ("GET", "/admin/dashboard/data"),
+    ("GET", "/admin/dashboard/fleet"),
     ("POST", "/admin/pools/{pool_id}/drain"),
     ("POST", "/admin/pools/{pool_id}/uncordon"),
     ("POST", "/admin/pools/{pool_id}/replicas/drain"),
