@@ -44,84 +44,49 @@ import uvloop
 
 from skyroute.embedded_redis import EmbeddedRedis, free_port
 
-try:  # python -m loadtests.bench_peers, or imported from the tests
-    from loadtests.bench_overhead import (
-        MAX_TOKENS,
-        MODEL,
-        PROFILE,
-        PROMPT,
-        UPSTREAM_MODEL,
-        Load,
-        closed_loop,
-        write_policy,
-    )
-    from loadtests.bench_procs import (
-        Processes,
-        own_cpu_s,
-        pin_threads,
-        tree_cpu_s,
-        tree_peak_rss_mb,
-    )
-    from loadtests.peer_litellm import (
-        ensure_litellm,
-        litellm_env,
-        write_litellm_config,
-    )
-    from loadtests.peer_portkey import (
-        ensure_portkey,
-        patched_script,
-        portkey_command,
-        portkey_env,
-        portkey_headers,
-        stream_problem,
-    )
-    from loadtests.peers_cli import PORT_NAMES, config, parse_args
-    from loadtests.peers_report import (
-        Row,
-        floor_summary,
-        litellm_comparison,
-        print_rows,
-        warnings_for,
-    )
-except ModuleNotFoundError:  # python loadtests/bench_peers.py: this directory is on sys.path
-    from bench_overhead import (  # type: ignore[no-redef]
-        MAX_TOKENS,
-        MODEL,
-        PROFILE,
-        PROMPT,
-        UPSTREAM_MODEL,
-        Load,
-        closed_loop,
-        write_policy,
-    )
-    from bench_procs import (  # type: ignore[no-redef]
-        Processes,
-        own_cpu_s,
-        pin_threads,
-        tree_cpu_s,
-        tree_peak_rss_mb,
-    )
-    from peer_litellm import (  # type: ignore[no-redef]
-        ensure_litellm,
-        litellm_env,
-        write_litellm_config,
-    )
-    from peer_portkey import (  # type: ignore[no-redef]
-        ensure_portkey,
-        patched_script,
-        portkey_command,
-        portkey_env,
-        portkey_headers,
-        stream_problem,
-    )
-    from peers_cli import PORT_NAMES, config, parse_args  # type: ignore[no-redef]
-    from peers_report import (  # type: ignore[no-redef]
-        Row,
-        floor_summary,
-        litellm_comparison,
-        print_rows,
-        warnings_for,
-    )
+# ``python loadtests/bench_peers.py`` puts this directory, not the project, on sys.path.
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.bench_overhead import (  # noqa: E402
+    MAX_TOKENS,
+    MODEL,
+    PROFILE,
+    PROMPT,
+    UPSTREAM_MODEL,
+    Load,
+    closed_loop,
+    write_policy,
+)
+from loadtests.bench_procs import (  # noqa: E402
+    Processes,
+    own_cpu_s,
+    pin_threads,
+    tree_cpu_s,
+    tree_peak_rss_mb,
+)
+from loadtests.peer_litellm import (  # noqa: E402
+    ensure_litellm,
+    litellm_env,
+    write_litellm_config,
+)
+from loadtests.peer_portkey import (  # noqa: E402
+    ensure_portkey,
+    patched_script,
+    portkey_command,
+    portkey_env,
+    portkey_headers,
+    stream_problem,
+)
+from loadtests.peers_cli import PORT_NAMES, config, parse_args  # noqa: E402
+from loadtests.peers_report import (  # noqa: E402
+    Row,
+    floor_summary,
+    litellm_comparison,
+    print_rows,
+    warnings_for,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUEST_TIMEOUT_S = 30.0

@@ -9,16 +9,10 @@ from pathlib import Path
 
 import psutil
 
-try:
-    from loadtests.bench_overhead import MAX_TOKENS, PROFILE
-    from loadtests.bench_procs import parse_ports
-    from loadtests.peer_litellm import LITELLM_VERSION
-    from loadtests.peer_portkey import PORTKEY_VERSION
-except ModuleNotFoundError:  # python loadtests/bench_peers.py: this directory is on sys.path
-    from bench_overhead import MAX_TOKENS, PROFILE  # type: ignore[no-redef]
-    from bench_procs import parse_ports  # type: ignore[no-redef]
-    from peer_litellm import LITELLM_VERSION  # type: ignore[no-redef]
-    from peer_portkey import PORTKEY_VERSION  # type: ignore[no-redef]
+from loadtests.bench_overhead import MAX_TOKENS, PROFILE
+from loadtests.bench_procs import parse_ports
+from loadtests.peer_litellm import LITELLM_VERSION
+from loadtests.peer_portkey import PORTKEY_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ("bare", "portkey", "litellm")
