@@ -32,6 +32,9 @@ class CompiledPolicy:
     initial_replicas: FloatArray
     # Policy price override in USD per GPU-hour; NaN where the live table decides.
     override_usd_per_gpu_hour: FloatArray
+    # Route key -> candidate pools. A model's own name keys the pools of its serving
+    # version (all its pools if it has no versions); ``route_key(model, version)`` keys
+    # each declared version's pools, for rollouts.
     by_model: Mapping[str, IntArray]
     # Client region -> RTT in ms to every pool; +inf where the region may not use it.
     rtt_ms: Mapping[str, FloatArray]
@@ -56,10 +59,20 @@ class CompiledPolicy:
         field(default_factory=dict)
     )
 
+    # Route key -> the model it belongs to; model -> its declared versions (sorted).
+    route_model: Mapping[str, str] = field(default_factory=dict)
+    versions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
     @property
     def size(self) -> int:
         """Number of pools."""
         return len(self.pool_ids)
+
+
+def route_key(model: str, version: str | None) -> str:
+    """The key of ``model``'s pools of ``version`` in ``CompiledPolicy.by_model`` and the
+    snapshot's views (``model`` itself for None: the serving version)."""
+    return model if version is None else f"{model}@{version}"
 
 
 def compile_policy(policy: Policy) -> CompiledPolicy:
@@ -73,10 +86,28 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
         return out
 
     by_model: dict[str, IntArray] = {}
-    for name in policy.models:
-        members = np.asarray([i for i, p in enumerate(pools) if p.model == name], dtype=np.intp)
+    route_model: dict[str, str] = {}
+    versions: dict[str, tuple[str, ...]] = {}
+
+    def members_of(key: str, model: str, version: str | None) -> None:
+        members = np.asarray(
+            [
+                i
+                for i, p in enumerate(pools)
+                if p.model == model and (version is None or p.version == version)
+            ],
+            dtype=np.intp,
+        )
         members.setflags(write=False)
-        by_model[name] = members
+        by_model[key], route_model[key] = members, model
+
+    for name, spec in policy.models.items():
+        members_of(name, name, spec.version)
+        declared = tuple(sorted({p.version for p in pools if p.model == name and p.version}))
+        if declared:
+            versions[name] = declared
+        for version in declared:
+            members_of(route_key(name, version), name, version)
     rtt: dict[str, FloatArray] = {}
     for name, region in policy.client_regions.items():
         rtt[name] = arr([region.rtt_ms.get(p.location, np.inf) for p in pools])
@@ -133,6 +164,8 @@ def compile_policy(policy: Policy) -> CompiledPolicy:
         keep_tpot=1.0 - tpot_headroom,
         fan_out_n=frozenset(p.model for p in pools if not p.supports_n),
         model_lists=lists,
+        route_model=route_model,
+        versions=versions,
     )
 
 

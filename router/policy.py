@@ -48,6 +48,10 @@ class ModelSpec(_Strict):
     # Inside a pool, send requests sharing a prompt prefix to the replica that likely
     # holds it in its KV cache (under a bounded-load rule); off: least predicted wait.
     prefix_affinity: bool = False
+    # The version that serves the model's traffic while no rollout says otherwise
+    # (``skyroute rollout``). Required once the model's pools declare versions; pools of
+    # other versions take user traffic only through a rollout.
+    version: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
 
 
 class PriceSpec(_Strict):
@@ -164,6 +168,9 @@ class PoolSpec(_Strict):
     # False for engines that answer one choice per request (TGI, the simulated engine):
     # the gateway then fans ``n`` out as ``n`` requests and merges the answers.
     supports_n: bool = True
+    # Which version of ``model`` this pool serves (a model revision, quantisation or
+    # engine build; the client-facing name stays ``model``). None: the model has one.
+    version: str | None = Field(default=None, min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
 
     @property
     def location(self) -> str:

@@ -45,6 +45,7 @@ def cross_reference_problems(doc: Mapping[str, Any]) -> list[str]:
         if models and model is not None and model not in models:
             problems.append(f"pools[{i}].model: unknown model {model!r}")
         locations.add(f"{pool.get('provider')}:{pool.get('region')}")
+    problems += _version_problems(models, pools)
     default_region = _mapping(doc.get("routing")).get("default_client_region")
     if client_regions and default_region is not None and default_region not in client_regions:
         problems.append(f"routing.default_client_region: unknown client region {default_region!r}")
@@ -69,6 +70,35 @@ def cross_reference_problems(doc: Mapping[str, Any]) -> list[str]:
             f"models.{m}: no pool serves it from any client region"
             for m, ok in served.items()
             if not ok
+        ]
+    return problems
+
+
+def _version_problems(models: Mapping[str, Any], pools: list[Any]) -> list[str]:
+    """A model whose pools declare versions names the one that serves it, and every one
+    of its pools says which version it serves."""
+    problems: list[str] = []
+    for name, raw in models.items():
+        serving = _mapping(raw).get("version")
+        mine = [
+            (i, p.get("version"))
+            for i, p in enumerate(pools)
+            if isinstance(p, Mapping) and p.get("model") == name
+        ]
+        declared = {v for _, v in mine if v is not None}
+        if not declared and serving is None:
+            continue
+        if serving is None:
+            problems.append(
+                f"models.{name}.version: its pools declare versions {sorted(declared)}; "
+                "say which one serves"
+            )
+        elif serving not in declared:
+            problems.append(f"models.{name}.version: no pool serves version {serving!r}")
+        problems += [
+            f"pools[{i}].version: model {name!r} has versions; say which this pool serves"
+            for i, v in mine
+            if v is None
         ]
     return problems
 

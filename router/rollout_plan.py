@@ -21,9 +21,13 @@
         - {name: slo_miss_rate, allowed: 0.01}
         - {name: ttft_over_reference, allowed: 0.05}
         - {name: tpot_over_reference, allowed: 0.05}
+        - {name: output_under_reference, allowed: 0.05}
 
 Every metric is a per-request bad-event rate (``router.judge``); ``allowed`` is the
-largest tolerated increase of that rate over the stable version's. Shares are fractions.
+largest tolerated increase of that rate over the stable version's. The ``*_reference``
+metrics count answers past the stable version's own quantile in the same stage (TTFT or
+TPOT above its ``reference_quantile``, output shorter than its ``1 - reference_quantile``;
+``router.rollout_tally``). Shares are fractions.
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MetricName = Literal["error_rate", "slo_miss_rate", "ttft_over_reference", "tpot_over_reference"]
+MetricName = Literal[
+    "error_rate",
+    "slo_miss_rate",
+    "ttft_over_reference",
+    "tpot_over_reference",
+    "output_under_reference",
+]
 
 
 class _Strict(BaseModel):

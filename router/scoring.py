@@ -26,7 +26,7 @@ import numpy as np
 
 from base.errors import ModelNotFound
 from base.types import BoolArray, FloatArray, IntArray
-from router.compiled import CompiledPolicy
+from router.compiled import CompiledPolicy, route_key
 from router.score_core import MAX_SCALAR_POOLS, TrafficMix, score_scalar, score_vector
 from router.snapshot import Snapshot
 
@@ -56,6 +56,8 @@ class RouteRequest:
     allowed_regions: frozenset[str] | None = None
     ramp_draw: float = 0.0
     est_tokens: int = 0
+    # The model's version to route to (a rollout's choice); None: its serving version.
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,17 +291,19 @@ def rank(
     this request's prompt and the policy's expected output). An unknown client region
     or SLO class falls back to the policy defaults. Models with at most
     ``MAX_SCALAR_POOLS`` pools are scored with Python floats (``router.score_core``),
-    others with NumPy; both give the same answer.
+    others with NumPy; both give the same answer. ``request.version`` picks one of the
+    model's declared versions (ModelNotFound names ``model@version`` if it has none).
     """
-    view = snapshot.views.get(request.model)
+    routed = route_key(request.model, request.version)
+    view = snapshot.views.get(routed)
     if view is None:
-        raise ModelNotFound(request.model)
+        raise ModelNotFound(routed)
     pol = policy.policy
     spec = pol.models[request.model]
     slo = policy.slo.get(request.slo_class) or policy.slo[spec.default_slo]
-    key = (request.client_region, request.model)
+    key = (request.client_region, routed)
     if key not in policy.model_rtt_ms:
-        key = (pol.routing.default_client_region, request.model)
+        key = (pol.routing.default_client_region, routed)
     est_tokens = request.est_tokens or request.prompt_tokens + (
         spec.expected_output_tokens
         if request.max_output_tokens is None

@@ -146,7 +146,7 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
     ]
     out: dict[str, ModelView] = {}
     for model, m in policy.by_model.items():
-        spec = policy.policy.models[model]
+        spec = policy.policy.models[policy.route_model.get(model, model)]
         # The goodput profile says a full batch (max_concurrency sequences) emits
         # tokens_per_s, so each of them gets a token every concurrency / tokens_per_s:
         # that is where the predicted TPOT grows to. (Taking the SLO's TPOT for it put a

@@ -11,7 +11,7 @@ import numpy as np
 
 from live.redis_client import connect
 from live.tables import LiveTables
-from router.compiled import CompiledPolicy
+from router.compiled import CompiledPolicy, route_key
 from router.scoring import Ranking, RouteRequest, rank
 from router.snapshot import Snapshot
 from simulator.baselines import LeastLatencyBudget, LlmdWeighted
@@ -82,7 +82,7 @@ def baseline_picks(ranking: Ranking, snapshot: Snapshot) -> list[tuple[str, str,
     ``simulator.baselines``, judged on the same snapshot: the pools ``ranking`` found
     eligible, their $/token, in-flight requests and batch slots. A snapshot carries no
     failure history, so LiteLLM's cost routing has no pool cooling down here."""
-    view = snapshot.views[ranking.request.model]
+    view = snapshot.views[route_key(ranking.request.model, ranking.request.version)]
     cands = np.flatnonzero(ranking.local_eligible)
     out = [("skyroute", ranking.pool_ids[int(ranking.order[0])] if len(ranking.order) else "-",
             ranking.reason)]  # fmt: skip
