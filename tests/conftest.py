@@ -51,11 +51,16 @@ def _data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     patch.undo()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With pytest-xdist's ``--dist loadgroup`` (``scripts/test``), each test file runs
     whole in one process, so its module fixtures (fleets, gateways, a demo) start once;
     files marked ``spread`` hold independent, CPU-heavy tests that are shared out one by
-    one instead."""
+    one instead.
+
+    First among the hooks: xdist's own (in each test process) turns the group marks into
+    node ids, and marks added after it are ignored: every test was then scheduled alone
+    and a module's fixtures started again in each process that ran one of its tests."""
     for item in items:
         if item.get_closest_marker("spread") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

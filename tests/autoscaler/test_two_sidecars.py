@@ -30,10 +30,13 @@ def _record_demand(target: RedisTarget, tokens_per_s: float) -> None:
     async def main() -> None:
         redis = target.client()
         try:
+            # Two hours up to the last 5-minute boundary, and the minutes of the window in
+            # progress too: when that window completes while the test runs, the sidecar
+            # must find it as busy as the others, not empty.
             end = time.time() // 300 * 300
             await DemandTables(redis, target.prefix).record(
                 DemandRecord(end - 60 * (120 - i) + 1, MODEL, "us", 500, int(tokens_per_s * 60))
-                for i in range(120)
+                for i in range(125)
             )
         finally:
             await redis.aclose()
