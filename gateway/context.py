@@ -24,6 +24,7 @@ from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
 from live.policy_file import PolicySource
 from live.redis_client import connect
+from live.rollout_table import RolloutTable
 from live.tables import LiveTables
 from router.compiled import compile_policy
 from router.policy import Policy
@@ -85,6 +86,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         refresh_interval_s=settings.snapshot_interval_ms / 1000,
         flush_interval_s=settings.flush_interval_ms / 1000,
         replica_ttl_ms=settings.replica_ttl_ms,
+        rollout_table=RolloutTable(redis, prefix=settings.redis_prefix),
     )
     bootstrap = settings.api_key.get_secret_value() if settings.api_key else None
     admin = [settings.admin_token.get_secret_value()] if settings.admin_token else []

@@ -14,6 +14,7 @@ from base.errors import UpstreamError
 from gateway.decisions import Decision, DecisionLog
 from gateway.metrics import GatewayMetrics
 from gateway.replicas import ReplicaPick
+from gateway.rollout_routing import RolloutCounts
 from gateway.tracing import NOOP, ChildSpan, RequestTrace
 from gateway.usage import UsageLog
 from live.access_table import NANO, UsageRecord
@@ -23,6 +24,10 @@ from router.scoring import RouteRequest
 
 # One line per finished request (JSON fields via the entry point's formatter).
 access_log = logging.getLogger("skyroute.access")
+
+# Ends of a request that are the engine's fault once bytes had reached the client (a
+# client leaving or the gateway shutting down is not; a client error is the client's).
+_ENGINE_FAILURES = frozenset({"stream_error", "stream_incomplete"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +93,13 @@ class RequestFinisher:
         demand: UsageLog[DemandRecord],
         decisions: DecisionLog,
         metrics: GatewayMetrics,
+        rollouts: RolloutCounts | None = None,
     ) -> None:
         self.usage = usage
         self.demand = demand
         self.decisions = decisions
         self.metrics = metrics
+        self.rollouts = rollouts if rollouts is not None else RolloutCounts()
 
     def finish(
         self,
@@ -140,6 +147,14 @@ class RequestFinisher:
         self.metrics.observe_finish(
             route, pool.id if pool else "", status, latency_ms, ttft_ms, tpot_ms, completion, met
         )
+        if pool is not None and (status == "ok" or status in _ENGINE_FAILURES):
+            # A failed attempt before any byte was counted where it failed (the
+            # forwarder's ``_failed``); what ends here is the attempt that answered, or
+            # a stream that broke after its first byte.
+            self.rollouts.attempt(
+                pool, ok=status == "ok", slo_miss=not met, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
+                output_tokens=completion,
+            )  # fmt: skip
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(
                 "request",

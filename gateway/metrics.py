@@ -121,6 +121,18 @@ class GatewayMetrics:
             ("model",),
             registry=r,
         )
+        self.rollout_requests = Counter(
+            "skyroute_rollout_requests_total",
+            "Requests of a model under a rollout, by the version they were routed to.",
+            ("model", "version"),
+            registry=r,
+        )
+        self.shadow_requests = Counter(
+            "skyroute_shadow_requests_total",
+            "Requests mirrored to a rollout's new version (outcome: sent, dropped, failed).",
+            ("model", "outcome"),
+            registry=r,
+        )
         self.inflight = Gauge(
             "skyroute_inflight_requests",
             "Requests in flight from this replica.",

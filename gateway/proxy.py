@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -30,10 +31,12 @@ from gateway.decisions import DecisionLog
 from gateway.finish import Attempt, RequestContext, RequestFinisher
 from gateway.hedging import race
 from gateway.metrics import GatewayMetrics
-from gateway.openai_request import ParsedRequest
+from gateway.openai_request import Operation, ParsedRequest
 from gateway.relay import StreamRelays, close_unread
 from gateway.replica_attempts import RequestReplicas
+from gateway.rollout_rank import rank_for_rollout
 from gateway.routing_state import RoutingState
+from gateway.shadow import ShadowMirror
 from gateway.streaming import StreamWatch
 from gateway.tracing import NOOP, ChildSpan, attempt_span
 from gateway.upstream_answers import ModelRenamer, checked_usage, unavailable
@@ -64,8 +67,9 @@ class Forwarder:
         self.state = state
         self.upstream = upstream
         self.metrics = metrics
-        self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics)
+        self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics, state.rollouts)
         self.relays = StreamRelays(state, self.finisher, self._failed)
+        self.shadow = ShadowMirror(state, upstream, metrics)
 
     def end_streams(self) -> int:
         """End every stream being relayed (``StreamRelays.end_all``)."""
@@ -110,7 +114,18 @@ class Forwarder:
         self.state.retry_budget.on_request(now)
         traced = ctx.trace is not NOOP
         route_span = ctx.trace.child("route") if traced else NOOP
-        ranking = self.state.rank(route, now)
+        active = self.state.rollouts.active.get(route.model) if self.state.rollouts.active else None
+        fallback: list[tuple[int, float, float, float]] = []
+        if active is None:
+            ranking = self.state.rank(route, now)
+        else:
+            ranking, fallback = rank_for_rollout(self.state, self.metrics, route, active, ctx, now)
+            if (
+                active.shadow_share
+                and parsed.operation is not Operation.EMBEDDING
+                and random.random() < active.shadow_share
+            ):
+                self.shadow.mirror(parsed, route, active, path)
         self.metrics.child(self.metrics.route_decisions, route.model, ranking.reason).inc()
         if traced:
             route_span.set(
@@ -131,7 +146,7 @@ class Forwarder:
         policy = self.state.policy
         routing = policy.policy.routing
         budget = routing.max_attempts
-        tried = list(ranking.tried())
+        tried = list(ranking.tried()) + fallback
         replicas = RequestReplicas(
             self.state.replicas, parsed, ctx.session_id,
             prefix_affinity=policy.policy.models[route.model].prefix_affinity,
@@ -253,6 +268,7 @@ class Forwarder:
     def _failed(self, attempt: Attempt, exc: UpstreamError) -> None:
         pool_id = attempt.pool.id
         self.state.observe(pool_id, ok=False)
+        self.state.rollouts.attempt(attempt.pool, ok=False)
         self.metrics.upstream_errors.labels(pool=pool_id, kind=type(exc).__name__).inc()
         pick = attempt.replica
         if pick is not None and pick.pool.on_failure(pick.index, str(exc), time.monotonic()):

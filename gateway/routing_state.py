@@ -17,6 +17,8 @@ from gateway.outlier import OutlierDetector
 from gateway.replica_set import ReplicaSet
 from gateway.replicas import ReplicaPick
 from gateway.retry_budget import RetryBudget
+from gateway.rollout_routing import RolloutCounts, active_rollouts
+from live.rollout_table import RolloutRecord
 from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
 from router.health import PoolState
@@ -45,6 +47,9 @@ class RoutingState:
         # none), and pools with no usable replica: both from the last scrape round.
         self._engine_extra: FloatArray | None = None
         self._unusable: list[int] = []
+        # Every model's rollout record as last read, and what of it steers traffic now.
+        self.rollout_records: dict[str, RolloutRecord] = {}
+        self.rollouts = RolloutCounts()
 
     # -- swaps --------------------------------------------------------------------------
     def swap_policy(self, policy: CompiledPolicy) -> None:
@@ -66,6 +71,13 @@ class RoutingState:
         self.replicas.rebuild(policy, snapshot.rows, time.monotonic())
         self.policy, self.snapshot, self._inflight_arr = policy, snapshot, arr
         self._engine_extra, self._unusable = None, []
+        self.rollouts.active = active_rollouts(self.rollout_records, policy)
+
+    def set_rollouts(self, records: dict[str, RolloutRecord]) -> None:
+        """Take the rollout records just read from Redis (``gateway.rollout_routing``)."""
+        if records != self.rollout_records:
+            self.rollout_records = records
+            self.rollouts.active = active_rollouts(records, self.policy)
 
     def swap_snapshot(self, rows: dict[str, PoolRow], taken_at_s: float) -> None:
         """Replace the snapshot with freshly read rows; a pool the shared state has

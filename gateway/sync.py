@@ -27,11 +27,15 @@ from gateway.usage import UsageLog
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
 from live.redis_client import AnyPipeline, RedisClient, pubsub
+from live.rollout_table import RolloutTable
 from live.tables import LiveTables
 
 logger = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 2.0
+
+# How often the rollout records are read when no announcement came (seconds).
+ROLLOUT_READ_INTERVAL_S = 1.0
 
 
 class TableSync:
@@ -50,9 +54,16 @@ class TableSync:
         refresh_interval_s: float,
         flush_interval_s: float,
         replica_ttl_ms: int,
+        rollout_table: RolloutTable | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
+        self.rollout_table = rollout_table
+        # Rollout records change rarely and announce themselves ('rollouts' on the events
+        # channel): read them then, and once a second in case an announcement was missed,
+        # rather than in every 100 ms refresh.
+        self._rollouts_due = True
+        self._rollouts_read_at = -float("inf")
         # The clock of the flush-skipping rule (seconds; injectable for tests).
         self.monotonic = monotonic
         self.tables = tables
@@ -118,6 +129,12 @@ class TableSync:
             with_samples=False,
         )
         self.state.swap_snapshot(rows, now)
+        mono = self.monotonic()
+        if self.rollout_table is not None and (
+            self._rollouts_due or mono - self._rollouts_read_at >= ROLLOUT_READ_INTERVAL_S
+        ):
+            self.state.set_rollouts(await self.rollout_table.read_all())
+            self._rollouts_due, self._rollouts_read_at = False, mono
 
     async def flush_once(self) -> None:
         """Write in-flight counts, observations and usage records. Raises TableError.
@@ -135,11 +152,13 @@ class TableSync:
         # The replica set's clock is time.monotonic, whatever the skipping rule's is.
         mono, wall = time.monotonic(), time.time()
         ejections = self.state.replicas.take_ejections(mono, wall)
+        counts = self.state.rollouts.take()
         if (
             not pending
             and not records
             and not demand
             and not ejections
+            and not counts
             and inflight == self._flushed_inflight
             and now - self._flushed_at < self.replica_ttl_ms / 4000
         ):
@@ -150,6 +169,8 @@ class TableSync:
             self.access_tables.add_usage(pipe, records)
             self.demand_tables.add(pipe, demand)
             self.tables.add_replica_ejections(pipe, ejections)
+            if counts and self.rollout_table is not None:
+                self.rollout_table.add_counts(pipe, counts)
 
         try:
             await self.tables.flush(
@@ -158,7 +179,7 @@ class TableSync:
                 inflight=inflight,
                 inflight_ttl_ms=self.replica_ttl_ms,
                 observations=pending,
-                extra=extra if records or demand or ejections else None,
+                extra=extra if records or demand or ejections or counts else None,
             )
         except TableError:
             # Observations are statistics: dropping a batch during an outage only makes
@@ -169,6 +190,9 @@ class TableSync:
             # Demand too: dropping it would make an outage look like no demand at all.
             self.demand.give_back(demand)
             self.state.replicas.give_back(ejections, mono, wall)
+            # Rollout counts are statistics too, but HINCRBY is not idempotent: a batch
+            # that may have been applied is dropped rather than risk counting it twice.
+            self.state.rollouts.lost(counts)
             raise
         self._flushed_inflight, self._flushed_at = inflight, now
 
@@ -208,7 +232,9 @@ class TableSync:
                 async with await pubsub(redis) as events:
                     await events.subscribe(self.tables.events_channel)
                     backoff, listen_failing = 0.1, False
-                    async for _ in events.listen():
+                    async for message in events.listen():
+                        if message.get("data") in (b"rollouts", "rollouts"):
+                            self._rollouts_due = True
                         self._wake.set()
             except (RedisError, OSError) as exc:
                 # Readiness is the refresh loop's to judge; here only the first failure

@@ -65,7 +65,7 @@ class Handlers:
         except InvalidRequest as exc:
             return _error(exc)
         rid = eng.next_id("chatcmpl" if chat else "cmpl")
-        start = eng.tape_start()
+        start = eng.tape_start(req.seed)
         created = int(time.time())
         # Hashed before queueing, so the batch slot is not held while hashing.
         hashes = eng.prefix_cache.hashes(req.prompt_text)

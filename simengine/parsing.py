@@ -52,6 +52,8 @@ class GenerationRequest:
         prompt_text: the prompt as one string, for the prefix cache: a chat's messages as
             ``role\ncontent\n`` each, so conversations sharing leading messages share a
             leading string; token-id prompts as their decimal text.
+        seed: the request's ``seed``, if an integer: as engines sample reproducibly for a
+            given seed, the same seed on the same engine gives the same text.
     """
 
     prompt_tokens: int
@@ -59,6 +61,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     prompt_text: str = ""
+    seed: int | None = None
 
 
 def parse_body(body: bytes, served_model: str) -> dict[str, Any]:
@@ -105,7 +108,9 @@ def parse_generation(payload: dict[str, Any], *, chat: bool) -> GenerationReques
     options = payload.get("stream_options")
     include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     stream = bool(payload.get("stream"))
-    return GenerationRequest(tokens_for_chars(chars), max_tokens, stream, include_usage, text)
+    seed = payload.get("seed")
+    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    return GenerationRequest(tokens_for_chars(chars), max_tokens, stream, include_usage, text, seed)
 
 
 def parse_embedding_inputs(payload: dict[str, Any]) -> list[str]:

@@ -159,8 +159,11 @@ class SimEngine:
         """A unique response id such as ``chatcmpl-sim-7``."""
         return f"{prefix}-sim-{next(self._ids)}"
 
-    def tape_start(self) -> int:
-        """Draw where on the filler tape the next completion starts."""
+    def tape_start(self, seed: int | None = None) -> int:
+        """Where on the filler tape the next completion starts: drawn, or for a request
+        with a ``seed`` a place fixed by it (without a draw, so other outputs stay put)."""
+        if seed is not None:
+            return seed % TextTape.SIZE
         return self.rng.randrange(TextTape.SIZE)
 
     @property

@@ -147,6 +147,13 @@ class Gateway:
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=10)
 
+    def admin_json(self, method: str, path: str, body: Any = None) -> Any:
+        """An admin call that must succeed; its JSON answer."""
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        resp = httpx.request(method, f"{self.base}{path}", headers=headers, json=body, timeout=10)
+        assert resp.is_success, (method, path, resp.status_code, resp.text)
+        return resp.json()
+
     def logs(self) -> str:
         return self.log.read_text() if self.log and self.log.exists() else ""
 

@@ -40,6 +40,8 @@ DECLARED: dict[str, tuple[str, frozenset[str]]] = {
         ("skyroute_pool_state", "gauge", ("pool", "state")),
         ("skyroute_pool_needs_replacement", "gauge", ("pool",)),
         ("skyroute_retries_denied_total", "counter", ("model",)),
+        ("skyroute_rollout_requests_total", "counter", ("model", "version")),
+        ("skyroute_shadow_requests_total", "counter", ("model", "outcome")),
         ("skyroute_inflight_requests", "gauge", ("pool",)),
         ("skyroute_store_ready", "gauge", ()),
         ("skyroute_ledger_records_total", "counter", ()),
@@ -54,6 +56,8 @@ WITH_SERIES_AFTER_TRAFFIC = set(DECLARED) - {
     "skyroute_pool_transitions_total",
     "skyroute_retries_denied_total",
     "skyroute_hedges_total",  # only SLO classes with ``hedge`` hedge
+    "skyroute_rollout_requests_total",  # only under a rollout (tests/gateway/test_rollouts)
+    "skyroute_shadow_requests_total",
 }
 _TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 _TIME_WORDS = ("duration", "latency", "age", "ttft", "tpot", "overhead", "time")
