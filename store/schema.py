@@ -6,6 +6,12 @@
     usage_ledger id PK, idempotency_id UNIQUE, request_id, tenant, model, pool, provider,
                  region, prompt_tokens, completion_tokens, cost_nusd, status, ts_ms
     spend        (tenant, period) PK, cost_nusd, requests
+    rollouts     id PK, model, record (live.rollout_table.RolloutRecord JSON), revision,
+                 stage, created_ms, updated_ms
+    rollout_transitions
+                 (rollout_id, revision) PK, at_ms, from_stage, to_stage, step, reason,
+                 evidence (JSON list of lines): every move of a rollout, with what it
+                 was based on
 
 Times are integer unix milliseconds (UTC) and money integer nano-USD (USD x 1e9), so
 that both databases hold exactly the same values and sums reconcile with Redis's
@@ -72,4 +78,30 @@ spend = sa.Table(
     sa.Column("period", sa.String(16), primary_key=True),
     sa.Column("cost_nusd", sa.BigInteger(), nullable=False),
     sa.Column("requests", sa.BigInteger(), nullable=False),
+)
+
+rollouts = sa.Table(
+    "rollouts",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("model", sa.String(256), nullable=False),
+    sa.Column("record", sa.Text(), nullable=False),
+    sa.Column("revision", sa.BigInteger(), nullable=False),
+    sa.Column("stage", sa.String(32), nullable=False),
+    sa.Column("created_ms", sa.BigInteger(), nullable=False),
+    sa.Column("updated_ms", sa.BigInteger(), nullable=False),
+    sa.Index("ix_rollouts_model_updated", "model", "updated_ms"),
+)
+
+rollout_transitions = sa.Table(
+    "rollout_transitions",
+    metadata,
+    sa.Column("rollout_id", sa.String(64), primary_key=True),
+    sa.Column("revision", sa.BigInteger(), primary_key=True),
+    sa.Column("at_ms", sa.BigInteger(), nullable=False),
+    sa.Column("from_stage", sa.String(32), nullable=False),
+    sa.Column("to_stage", sa.String(32), nullable=False),
+    sa.Column("step", sa.Integer(), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("evidence", sa.Text(), nullable=False),
 )

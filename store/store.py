@@ -17,15 +17,18 @@ from store.engine import make_engine
 from store.errors import store_errors
 from store.ledger import Ledger
 from store.records import StoredKey, StoredTenant
+from store.rollouts import RolloutStore
 from store.schema import api_keys, tenants
 
 
 class Store:
-    """Tenants, keys and (``.ledger``) usage in one database. ``await close()`` when done."""
+    """Tenants, keys, (``.ledger``) usage and (``.rollouts``) rollouts in one database.
+    ``await close()`` when done."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.ledger = Ledger(engine)
+        self.rollouts = RolloutStore(engine)
 
     @classmethod
     def open(cls, url: str) -> Store:

@@ -29,7 +29,8 @@ async def test_migrations_apply_to_an_empty_database(db_url: str) -> None:
     assert await _tables(db_url) == set()
     assert await migrate(db_url) == head_revision()
     assert await _tables(db_url) == {
-        "alembic_version", "tenants", "api_keys", "usage_ledger", "spend",
+        "alembic_version", "tenants", "api_keys", "usage_ledger", "spend", "rollouts",
+        "rollout_transitions",
     }  # fmt: skip
 
 

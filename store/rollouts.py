@@ -1,0 +1,103 @@
+"""Rollouts in the system of record: each rollout's newest record and its transitions.
+
+Whoever moves a rollout (the leader's controller, an operator through the admin API)
+writes here first and then to Redis (``live.rollout_table``), so Redis can always be
+refilled from the store. Every method is one transaction, raises ``StoreError`` when the
+database fails, and is safe to retry.
+"""
+
+from __future__ import annotations
+
+import json
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from live.rollout_table import RolloutRecord
+from router.rollout import Stage, Transition
+from store.dialect import upsert_insert
+from store.errors import store_errors
+from store.schema import rollout_transitions, rollouts
+
+
+class RolloutStore:
+    """Rollout records and transitions in one database."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def save(self, record: RolloutRecord, transition: Transition | None = None) -> None:
+        """Store ``record`` unless the store holds the same rollout at a newer or equal
+        revision, and log ``transition`` under the record's revision. Idempotent: saving
+        the same record and transition again changes nothing."""
+        r = record.rollout
+        row = {
+            "id": record.id, "model": r.model, "record": record.to_json(),
+            "revision": record.revision, "stage": str(r.stage),
+            "created_ms": round(record.created_s * 1000),
+            "updated_ms": round(record.updated_s * 1000),
+        }  # fmt: skip
+        with store_errors("save rollout"):
+            async with self.engine.begin() as conn:
+                stmt = upsert_insert(conn, rollouts).values(**row)
+                await conn.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=[rollouts.c.id],
+                        set_={k: getattr(stmt.excluded, k) for k in row if k != "id"},
+                        where=rollouts.c.revision < stmt.excluded.revision,
+                    )
+                )
+                if transition is not None:
+                    t = upsert_insert(conn, rollout_transitions).values(
+                        rollout_id=record.id, revision=record.revision,
+                        at_ms=round(transition.at_s * 1000),
+                        from_stage=str(transition.from_stage), to_stage=str(transition.to_stage),
+                        step=transition.step, reason=transition.reason,
+                        evidence=json.dumps(list(transition.evidence)),
+                    )  # fmt: skip
+                    await conn.execute(t.on_conflict_do_nothing())
+
+    async def latest(self) -> dict[str, RolloutRecord]:
+        """Each model's newest rollout (by creation), finished ones included."""
+        with store_errors("read rollouts"):
+            async with self.engine.connect() as conn:
+                rows = (
+                    await conn.execute(
+                        sa.select(rollouts.c.model, rollouts.c.record).order_by(
+                            rollouts.c.created_ms, rollouts.c.id
+                        )
+                    )
+                ).all()
+        out: dict[str, RolloutRecord] = {}
+        for row in rows:
+            out[row.model] = RolloutRecord.from_json(row.record)
+        return out
+
+    async def history(self, model: str, limit: int = 50) -> list[tuple[str, int, Transition]]:
+        """The newest ``limit`` transitions of ``model``'s rollouts, newest first, as
+        (rollout id, revision, transition)."""
+        t, r = rollout_transitions, rollouts
+        with store_errors("read rollout history"):
+            async with self.engine.connect() as conn:
+                rows = (
+                    await conn.execute(
+                        sa.select(t)
+                        .join(r, r.c.id == t.c.rollout_id)
+                        .where(r.c.model == model)
+                        .order_by(t.c.at_ms.desc(), t.c.revision.desc())
+                        .limit(limit)
+                    )
+                ).all()
+        return [(row.rollout_id, row.revision, _transition(row)) for row in rows]
+
+
+def _transition(row: sa.Row[tuple[object, ...]]) -> Transition:
+    m = row._mapping
+    return Transition(
+        at_s=int(str(m["at_ms"])) / 1000,
+        from_stage=Stage(m["from_stage"]),
+        to_stage=Stage(m["to_stage"]),
+        step=int(str(m["step"])),
+        reason=str(m["reason"]),
+        evidence=tuple(json.loads(str(m["evidence"]))),
+    )
