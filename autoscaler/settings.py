@@ -38,6 +38,9 @@ class AutoscalerSettings(BaseSettings):
 
     redis_url: str | None = None
     redis_prefix: str = "sr:v1"
+    # The system of record the rollouts are kept in (the gateway's; unset: the same
+    # embedded SQLite file the gateway uses, ``store.engine.default_database_url``).
+    database_url: str | None = None
     policy: Path = Path("policy.yaml")
     # How often the policy file is looked at for a change (the same setting as the gateway's).
     policy_poll_s: float = Field(default=1.0, gt=0)

@@ -28,14 +28,17 @@ from autoscaler.history import HistoryReader
 from autoscaler.leader import Leadership
 from autoscaler.plan import Plan
 from autoscaler.report import ActuationReport, ActuatorLimits
+from autoscaler.rollout_controller import TICK_S, RolloutController
 from autoscaler.state import ScalerState
 from base.errors import AdapterError
 from live.demand_table import DemandTables
 from live.lease import Lease
 from live.redis_client import RedisClient
+from live.rollout_table import RolloutTable
 from live.tables import LiveTables
 from router.policy import Policy
 from router.snapshot import PoolRow
+from store.rollouts import RolloutStore
 
 __all__ = ["LEASE_NAME", "CycleResult", "Sidecar", "SidecarOptions"]
 
@@ -85,6 +88,7 @@ class Sidecar:
         config: ScalerConfig,
         options: SidecarOptions,
         clock: Callable[[], float] = time.time,
+        rollout_store: RolloutStore | None = None,
     ) -> None:
         self.policy = policy
         self.config = config
@@ -111,6 +115,31 @@ class Sidecar:
         )
         self.actuator = Actuator(self.groups, self.drainer, self.leadership.is_leader, limits)
         self._pending: Policy | None = None
+        # Rollouts are moved by the leader too, on their own faster tick.
+        self.rollouts = RolloutController(
+            RolloutTable(redis, prefix=options.prefix), rollout_store,
+            lambda: self.policy, self._endpoints, clock=clock,
+        )  # fmt: skip
+
+    async def _endpoints(self, model: str) -> dict[str, str]:
+        """One live engine address per pool of ``model`` (the first its node group
+        reported), for the rollouts' golden requests."""
+        ids = [p.id for p in self.policy.pools if p.model == model]
+        rows = await self.tables.read(
+            ids, int(self.clock() * 1000), self.options.replica_ttl_ms, with_samples=False
+        )
+        return {pid: row.endpoints[0] for pid, row in rows.items() if row.endpoints}
+
+    async def run_rollouts(self, stop: asyncio.Event) -> None:
+        """Until ``stop``: while leading, look at every rollout each ``TICK_S``."""
+        while not stop.is_set():
+            if self.leadership.is_leader() and not self.options.dry_run:
+                try:
+                    await self.rollouts.tick()
+                except Exception:
+                    logger.exception("rollout tick failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=TICK_S)
 
     def on_policy(self, policy: Policy) -> None:
         """Take ``policy`` from the next cycle on (a ``PolicySource`` subscriber)."""
@@ -258,6 +287,7 @@ class Sidecar:
         """Run until ``stop`` is set: leadership in the background, a cycle every
         interval (acting only while leading), the lease released at the end."""
         leading = asyncio.create_task(self.leadership.run(stop))
+        rollouts = asyncio.create_task(self.run_rollouts(stop))
         try:
             while not stop.is_set():
                 # A standby leaves the clouds and Redis alone until it leads.
@@ -273,3 +303,5 @@ class Sidecar:
         finally:
             stop.set()
             await leading
+            await rollouts
+            await self.rollouts.close()

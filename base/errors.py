@@ -108,6 +108,11 @@ class NotFound(RequestError):
     """The request names something (a pool, a key, a tenant) that does not exist."""
 
 
+class Conflict(RequestError):
+    """The request conflicts with the current state (e.g. a rollout already running, or
+    one that moved since it was read)."""
+
+
 class ModelNotFound(NotFound):
     """The requested model is not served by this policy."""
 

@@ -29,6 +29,7 @@ from gateway.routes_admin import admin_router
 from gateway.routes_openai import openai_routes
 from gateway.routes_ops import ops_router
 from gateway.routes_replicas import replicas_router
+from gateway.routes_rollouts import rollouts_router
 from gateway.routes_tenants import tenants_router
 from gateway.settings import GatewaySettings
 from gateway.tracing import Tracing
@@ -112,6 +113,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
     app.include_router(admin_router(gw))
     app.include_router(replicas_router(gw))
     app.include_router(tenants_router(gw))
+    app.include_router(rollouts_router(gw))
     app.include_router(ops_router(gw))
     app.include_router(dashboard_router(gw, history))
 

@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from base.errors import (
     AuthenticationError,
+    Conflict,
     HeadersTooLarge,
     ModelNotFound,
     NoFeasiblePool,
@@ -64,6 +65,7 @@ TABLE: Mapping[type[SkyrouteError], HttpError] = {
     AuthenticationError: HttpError(401, "authentication_error", "invalid_api_key"),
     PermissionDenied: HttpError(403, "permission_error", "permission_denied"),
     NotFound: HttpError(404, "invalid_request_error", "not_found"),
+    Conflict: HttpError(409, "invalid_request_error", "conflict"),
     ModelNotFound: HttpError(404, "invalid_request_error", "model_not_found"),
     RateLimited: HttpError(429, "requests", "rate_limit_exceeded"),
     RoutingError: HttpError(503, "service_unavailable", "no_available_pool"),

@@ -133,6 +133,24 @@ class GatewayMetrics:
             ("model", "outcome"),
             registry=r,
         )
+        self.rollout_stage = Gauge(
+            "skyroute_rollout_stage",
+            "1 for the stage each model's newest rollout is in (from the shared record).",
+            ("model", "stage"),
+            registry=r,
+        )
+        self.rollout_transitions = Gauge(
+            "skyroute_rollout_transitions",
+            "Moves of each model's rollouts so far (the shared record's revision less one).",
+            ("model",),
+            registry=r,
+        )
+        self.rollout_exposed = Gauge(
+            "skyroute_rollout_exposed_requests",
+            "User requests the new version answered in the finished canary steps.",
+            ("model",),
+            registry=r,
+        )
         self.inflight = Gauge(
             "skyroute_inflight_requests",
             "Requests in flight from this replica.",

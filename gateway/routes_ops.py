@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from gateway.context import Gateway
 from router.health import PoolState
+from router.rollout import Stage
 
 
 def ops_router(gw: Gateway) -> APIRouter:
@@ -55,6 +56,13 @@ def ops_router(gw: Gateway) -> APIRouter:
         m.sync_total(m.ledger_records, store.consumer.written)
         m.sync_total(m.ledger_malformed, store.consumer.malformed)
         m.sync_total(m.redis_refills, store.restorer.restores)
+        for model, record in gw.state.rollout_records.items():
+            for stage in Stage:
+                m.rollout_stage.labels(model, stage.value).set(
+                    1 if record.rollout.stage is stage else 0
+                )
+            m.rollout_transitions.labels(model).set(record.revision - 1)
+            m.rollout_exposed.labels(model).set(record.rollout.exposed)
         for pid, n in gw.state.inflight.items():
             m.inflight.labels(pid).set(n)
         for pid, row in gw.state.snapshot.rows.items():

@@ -105,6 +105,11 @@ class TableSync:
                 )  # fmt: skip
         self.state.redis_ok = ok
 
+    def wake(self) -> None:
+        """Refresh now, rollout records included (this replica changed one)."""
+        self._rollouts_due = True
+        self._wake.set()
+
     async def first_refresh(self) -> None:
         """The start-up read of the tables; a failure is logged (the gateway then routes
         from the policy's defaults until Redis answers). Never raises."""

@@ -138,7 +138,17 @@ def judge(
 ) -> tuple[Rollout, Transition | None]:
     """Look at the current stage's evidence: roll back on a regression, move on when
     every metric shows none and the stage's minimums are met, apply the plan's rule
-    when the stage runs out of time or exposure; otherwise nothing changes."""
+    when the stage runs out of time or exposure; otherwise nothing changes. A canary
+    step that ends adds its canary requests to ``exposed``."""
+    moved, t = _judge(r, plan, evidence, now)
+    if t is not None and r.stage is Stage.CANARY and (moved.stage, moved.step) != (r.stage, r.step):
+        moved = served(moved, evidence.canary_requests)
+    return moved, t
+
+
+def _judge(
+    r: Rollout, plan: RolloutPlan, evidence: Evidence, now: float
+) -> tuple[Rollout, Transition | None]:
     if r.done or r.paused or r.stage not in (Stage.SHADOW, Stage.CANARY):
         return r, None
     j = plan.judgement
@@ -149,11 +159,7 @@ def judge(
     else:
         step = plan.steps[r.step]
         min_req, min_s, max_s = step.min_requests, step.min_duration_s, step.max_duration_s
-    verdicts: list[tuple[str, float, Verdict]] = [
-        (rule.name, rule.allowed, compare(evidence.canary.get(rule.name, Tally()),
-         evidence.stable.get(rule.name, Tally()), rule.allowed, j.alpha, min_requests=1))
-        for rule in j.metrics
-    ]  # fmt: skip
+    verdicts = _verdicts(plan, evidence)
     lines = tuple(v.describe(name, allowed) for name, allowed, v in verdicts)
     if any(v.decision == "regression" for _, _, v in verdicts):
         worse = ", ".join(name for name, _, v in verdicts if v.decision == "regression")
@@ -162,11 +168,11 @@ def judge(
     clear = all(v.decision == "no_regression" for _, _, v in verdicts)
     if clear and evidence.canary_requests >= min_req and elapsed >= min_s:
         return _next(r, plan, now, lines)
-    # The cap bounds what a version of unknown quality may touch; a clear one waiting
-    # out its step's minimum duration is not undecided.
-    capped = (
-        r.stage is Stage.CANARY and not clear and evidence.canary_requests >= j.max_exposed_requests
-    )
+    # The cap bounds what a version of unknown quality may touch over the whole rollout
+    # (earlier steps' requests included); a clear one waiting out its step's minimum
+    # duration is not undecided.
+    exposed = r.exposed + evidence.canary_requests
+    capped = r.stage is Stage.CANARY and not clear and exposed >= j.max_exposed_requests
     if elapsed >= max_s or capped:
         why = "inconclusive: out of time" if elapsed >= max_s else "inconclusive: exposure cap"
         if j.on_inconclusive == "rollback":
@@ -174,6 +180,21 @@ def judge(
         held = replace(r, paused=True)
         return held, Transition(now, r.stage, r.stage, r.step, f"{why}; held", lines)
     return r, None
+
+
+def _verdicts(plan: RolloutPlan, evidence: Evidence) -> list[tuple[str, float, Verdict]]:
+    j = plan.judgement
+    return [
+        (rule.name, rule.allowed, compare(evidence.canary.get(rule.name, Tally()),
+         evidence.stable.get(rule.name, Tally()), rule.allowed, j.alpha, min_requests=1))
+        for rule in j.metrics
+    ]  # fmt: skip
+
+
+def describe(plan: RolloutPlan, evidence: Evidence) -> tuple[str, ...]:
+    """One line per judged metric: both versions' tallies, the interval and the verdict
+    (what the next judgement would be based on; for status pages)."""
+    return tuple(v.describe(name, allowed) for name, allowed, v in _verdicts(plan, evidence))
 
 
 def _next(

@@ -49,10 +49,34 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ValidationGate(_Strict):
-    """Golden requests sent to the new version's pools before any user traffic."""
+class GoldenChecks(_Strict):
+    """What a golden answer must satisfy: its message content parses as JSON
+    (``valid_json``), contains every string of ``contains``, and came within
+    ``max_latency_ms`` (the whole non-streaming answer)."""
 
-    golden: str = Field(min_length=1)
+    valid_json: bool = False
+    contains: list[str] = Field(default_factory=list)
+    max_latency_ms: float | None = Field(default=None, gt=0)
+
+
+class GoldenRequest(_Strict):
+    """One golden request: a chat conversation and the checks on its answer."""
+
+    name: str = ""
+    messages: list[dict[str, str]] = Field(min_length=1)
+    max_tokens: int = Field(default=64, gt=0, le=8192)
+    checks: GoldenChecks = GoldenChecks()
+
+
+class ValidationGate(_Strict):
+    """Golden requests sent to the new version's pools before any user traffic.
+
+    ``golden`` names the file (YAML list of ``GoldenRequest``, relative to the plan's
+    file); ``skyroute rollout start`` reads it into ``requests``, so whichever sidecar
+    leads can run them. A gate with no requests fails (nothing was validated)."""
+
+    golden: str = ""
+    requests: list[GoldenRequest] = Field(default_factory=list)
     max_failures: int = Field(default=0, ge=0)
 
 
@@ -67,9 +91,11 @@ class ShadowStage(_Strict):
 
 class CanaryStep(_Strict):
     """One step: the new version takes ``share`` of the traffic it could serve until the
-    step has ``min_requests`` judged canary requests and ``min_duration_s`` have passed."""
+    step has ``min_requests`` judged canary requests and ``min_duration_s`` have passed.
+    A share is below 1: the stable version must keep traffic to be compared with (the
+    last step passed, the new version is promoted to all of it)."""
 
-    share: float = Field(gt=0, le=1)
+    share: float = Field(gt=0, lt=1)
     min_requests: int = Field(default=300, ge=1)
     min_duration_s: float = Field(default=60.0, ge=0)
     max_duration_s: float = Field(default=3600.0, gt=0)
@@ -127,3 +153,20 @@ class RolloutPlan(_Strict):
         if shares != sorted(shares):
             raise ValueError(f"canary shares must not decrease: {shares}")
         return self
+
+
+# The plan a rollout gets when its operator gives none: no gate (there is no golden file
+# to read), a short shadow stage, then 1 %, 10 % and 50 % of the traffic the new version
+# could serve. The first step bounds what an unknown version touches: a regression large
+# enough to matter is decided there (loadtests/bench_rollout.py).
+DEFAULT_PLAN = RolloutPlan.model_validate(
+    {
+        "shadow": {"share": 0.05, "min_requests": 200, "min_duration_s": 60},
+        "steps": [
+            {"share": 0.01, "min_requests": 200, "min_duration_s": 60, "max_duration_s": 3600},
+            {"share": 0.10, "min_requests": 500, "min_duration_s": 120},
+            {"share": 0.50, "min_requests": 1000, "min_duration_s": 300},
+        ],
+        "sticky": "session",
+    }
+)

@@ -23,11 +23,14 @@ from typing import Any
 from autoscaler.profile import measure_profile
 from autoscaler.settings import AutoscalerSettings
 from autoscaler.sidecar import Sidecar, SidecarOptions
-from base.errors import CommandError, SkyrouteError
+from base.errors import CommandError, SkyrouteError, StoreError
 from live.policy_file import PolicySource
 from live.redis_client import connect
 from skyroute import logs
 from skyroute.embedded_redis import redis_url_or_embedded
+from store.engine import default_database_url
+from store.migrate import migrate
+from store.store import Store
 
 __all__ = ["main", "register"]
 
@@ -55,9 +58,16 @@ async def _autoscale(
     settings: AutoscalerSettings, policies: PolicySource, url: str, once: bool
 ) -> int:
     redis = connect(url)
+    store_url = settings.database_url or default_database_url()
+    store = Store.open(store_url)
+    try:
+        # The gateway migrates too; whichever is first does it (idempotent).
+        await migrate(store_url)
+    except StoreError as exc:
+        logger.warning("store not ready (rollouts wait for it): %s", exc)
     sidecar = Sidecar(
         policies.policy, redis, settings.cloud_config(), settings.scaler_config(),
-        _options(settings),
+        _options(settings), rollout_store=store.rollouts,
     )  # fmt: skip
     policies.subscribe(sidecar.on_policy)
     try:
@@ -86,6 +96,7 @@ async def _autoscale(
     finally:
         sidecar.close()
         await redis.aclose()
+        await store.close()
 
 
 def cmd_autoscale(args: argparse.Namespace) -> int:

@@ -128,6 +128,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("skyroute.autoscale_cmd", "measure a goodput profile against an engine"),
     "simulate": ("skyroute.simulate_cmd", "replay a request trace through routing policies"),
     "load": ("skyroute.load_cmd", "drive a bounded burst at the gateway; report the scaling"),
+    "rollout": ("skyroute.rollout_cmd", "roll a new model version out: gate, shadow, canary"),
 }
 
 

@@ -26,10 +26,21 @@ class RolloutStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def save(self, record: RolloutRecord, transition: Transition | None = None) -> None:
-        """Store ``record`` unless the store holds the same rollout at a newer or equal
-        revision, and log ``transition`` under the record's revision. Idempotent: saving
-        the same record and transition again changes nothing."""
+    async def save(
+        self,
+        record: RolloutRecord,
+        transition: Transition | None = None,
+        *,
+        expected_revision: int | None = None,
+    ) -> bool:
+        """Store ``record`` and log ``transition`` under the record's revision.
+
+        With ``expected_revision`` this is a compare-and-set, the arbiter between the
+        leader and an operator: an existing row is replaced only while it is still at
+        that revision, a new rollout is inserted only if its id is new. Without it the
+        record is written unless the store holds the rollout at a newer or equal
+        revision (a refill). Returns whether the record was written; saving the same
+        record and transition again writes nothing."""
         r = record.rollout
         row = {
             "id": record.id, "model": r.model, "record": record.to_json(),
@@ -39,15 +50,25 @@ class RolloutStore:
         }  # fmt: skip
         with store_errors("save rollout"):
             async with self.engine.begin() as conn:
-                stmt = upsert_insert(conn, rollouts).values(**row)
-                await conn.execute(
-                    stmt.on_conflict_do_update(
-                        index_elements=[rollouts.c.id],
-                        set_={k: getattr(stmt.excluded, k) for k in row if k != "id"},
-                        where=rollouts.c.revision < stmt.excluded.revision,
-                    )
+                exists = await conn.scalar(
+                    sa.select(rollouts.c.revision).where(rollouts.c.id == record.id)
                 )
-                if transition is not None:
+                if exists is None:
+                    stmt = upsert_insert(conn, rollouts).values(**row)
+                    result = await conn.execute(stmt.on_conflict_do_nothing())
+                else:
+                    guard = (
+                        rollouts.c.revision == expected_revision
+                        if expected_revision is not None
+                        else rollouts.c.revision < record.revision
+                    )
+                    result = await conn.execute(
+                        sa.update(rollouts)
+                        .where(rollouts.c.id == record.id, guard)
+                        .values({k: v for k, v in row.items() if k != "id"})
+                    )
+                written = bool(result.rowcount)
+                if written and transition is not None:
                     t = upsert_insert(conn, rollout_transitions).values(
                         rollout_id=record.id, revision=record.revision,
                         at_ms=round(transition.at_s * 1000),
@@ -56,6 +77,7 @@ class RolloutStore:
                         evidence=json.dumps(list(transition.evidence)),
                     )  # fmt: skip
                     await conn.execute(t.on_conflict_do_nothing())
+        return written
 
     async def latest(self) -> dict[str, RolloutRecord]:
         """Each model's newest rollout (by creation), finished ones included."""

@@ -42,6 +42,9 @@ DECLARED: dict[str, tuple[str, frozenset[str]]] = {
         ("skyroute_retries_denied_total", "counter", ("model",)),
         ("skyroute_rollout_requests_total", "counter", ("model", "version")),
         ("skyroute_shadow_requests_total", "counter", ("model", "outcome")),
+        ("skyroute_rollout_stage", "gauge", ("model", "stage")),
+        ("skyroute_rollout_transitions", "gauge", ("model",)),
+        ("skyroute_rollout_exposed_requests", "gauge", ("model",)),
         ("skyroute_inflight_requests", "gauge", ("pool",)),
         ("skyroute_store_ready", "gauge", ()),
         ("skyroute_ledger_records_total", "counter", ()),
@@ -58,6 +61,9 @@ WITH_SERIES_AFTER_TRAFFIC = set(DECLARED) - {
     "skyroute_hedges_total",  # only SLO classes with ``hedge`` hedge
     "skyroute_rollout_requests_total",  # only under a rollout (tests/gateway/test_rollouts)
     "skyroute_shadow_requests_total",
+    "skyroute_rollout_stage",
+    "skyroute_rollout_transitions",
+    "skyroute_rollout_exposed_requests",
 }
 _TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 _TIME_WORDS = ("duration", "latency", "age", "ttft", "tpot", "overhead", "time")

@@ -112,7 +112,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
 
 
 PLAN = plan_from_yaml(
-    "sticky: session\nshadow: {share: 1.0, min_requests: 10}\nsteps: [{share: 0.3}, {share: 1.0}]\n"
+    "sticky: session\nshadow: {share: 1.0, min_requests: 10}\nsteps: [{share: 0.3}, {share: 0.6}]\n"
 )
 
 
@@ -167,9 +167,9 @@ def test_a_canary_step_takes_its_share_counts_each_version_and_sticks_per_sessio
     assert sum(counts["v2"].out.values()) == counts["v2"].n - counts["v2"].err
 
     # A residency rule wins over the rollout: the EU-only tenant never reaches the
-    # canary version (its only pool is in the US), at the full share either.
-    setup.write(_record("r-share", Stage.CANARY, 1, 2), 1)
-    wait_for(lambda: set(_pools_of(setup, 5)) == {US_CANARY}, "the full share", timeout_s=20)
+    # canary version (its only pool is in the US), promoted to all traffic either.
+    setup.write(_record("r-share", Stage.PROMOTED, 1, 2), 1)
+    wait_for(lambda: set(_pools_of(setup, 5)) == {US_CANARY}, "all traffic on v2", timeout_s=20)
     assert set(_pools_of(setup, 40, key=setup.eu_key)) == {EU_STABLE}
 
     # Rolled back: everything on v1 again.

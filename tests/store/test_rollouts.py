@@ -22,9 +22,13 @@ def test_records_only_move_forward_and_transitions_are_logged_once(db_url: str) 
             await store.rollouts.save(record)
             paused, moved = operator(first, "pause", 105.0)
             newer = RolloutRecord("r1", paused, PLAN, 2, 100.0, 105.0)
-            await store.rollouts.save(newer, moved)
-            await store.rollouts.save(newer, moved)  # a retry: nothing new
-            await store.rollouts.save(record)  # an older revision never wins
+            assert await store.rollouts.save(newer, moved, expected_revision=1)
+            assert not await store.rollouts.save(newer, moved)  # a retry: nothing new
+            assert not await store.rollouts.save(record)  # an older revision never wins
+            # Compare-and-set: a writer that read revision 1 loses to the one that wrote 2.
+            _, aborted = operator(first, "abort", 106.0)
+            late = RolloutRecord("r1", start("m", "v1", "v2", PLAN, 1.0), PLAN, 2, 100.0, 106.0)
+            assert not await store.rollouts.save(late, aborted, expected_revision=1)
             other = RolloutRecord("r0", start("n", "a", "b", PLAN, 50.0), PLAN, 1, 50.0, 50.0)
             await store.rollouts.save(other)
             return await store.rollouts.latest(), list(await store.rollouts.history("m"))
