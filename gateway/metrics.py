@@ -134,7 +134,7 @@ class GatewayMetrics:
             registry=r,
         )
         self.rollout_stage = Gauge(
-            "skyroute_rollout_stage",
+            "skyroute_rollout_state",
             "1 for the stage each model's newest rollout is in (from the shared record).",
             ("model", "stage"),
             registry=r,

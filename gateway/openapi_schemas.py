@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 _MESSAGE = {
     "type": "object",
     "required": ["role"],
@@ -151,7 +153,9 @@ _ADMIN_ERRORS = {
     "400": _ERRORS["400"],
     "401": _ERRORS["401"],
     "403": {**_ERRORS["401"], "description": "The credential may not do this"},
-    "404": {**_ERRORS["404"], "description": "No such pool, key or tenant"},
+    "404": {**_ERRORS["404"], "description": "No such pool, key, tenant or rollout"},
+    "409": {**_ERRORS["400"], "description": "Conflicts with the current state (a rollout)"},
+    "503": {**_ERRORS["503"], "description": "The live tables or the store do not answer"},
 }
 
 
@@ -172,3 +176,16 @@ def document_errors(schema: dict[str, Any], *, prometheus_type: str) -> None:
             "description": "Prometheus text exposition",
             "content": {prometheus_type: {"schema": {"type": "string"}}},
         }
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that validates ``model`` itself (the body
+    is read raw, so FastAPI cannot document it)."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }

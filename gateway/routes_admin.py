@@ -14,6 +14,8 @@ from starlette.responses import Response
 
 from base.errors import NotFound, TableError
 from gateway.context import Gateway
+from gateway.rollout_views import with_evidence
+from live.rollout_table import RolloutTable
 from router.health import HealthEvent
 from router.snapshot import PoolRow
 
@@ -29,6 +31,7 @@ def _opt(value: float | None) -> float | None:
 def admin_router(gw: Gateway) -> APIRouter:
     """Policy reload and read-only views of the live state."""
     router = APIRouter(prefix="/admin", tags=["admin"])
+    rollouts = RolloutTable(gw.tables.redis, prefix=gw.settings.redis_prefix)
 
     def authorize(request: Request) -> None:
         gw.admin_keys.check_bearer(request.headers.get("authorization"))
@@ -183,6 +186,10 @@ def admin_router(gw: Gateway) -> APIRouter:
             "spend_usd_by_provider": decisions.spend_usd() if decisions else {},
             "traffic": decisions.traffic() if decisions else [],
             "replica": gw.settings.replica_id,
+            "rollouts": [
+                await with_evidence(rollouts, record)
+                for _, record in sorted(gw.state.rollout_records.items())
+            ],
         }
         return Response(orjson.dumps(body), media_type="application/json")
 

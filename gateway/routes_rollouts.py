@@ -25,10 +25,11 @@ from starlette.responses import Response
 
 from base.errors import Conflict, InvalidRequest, ModelNotFound, NotFound, TableError
 from gateway.context import Gateway
+from gateway.openapi_schemas import json_body
+from gateway.rollout_views import transition_view, view, with_evidence
 from live.rollout_table import RolloutRecord, RolloutTable, plan_from_yaml
-from router.rollout import Stage, Transition, describe, operator, start
+from router.rollout import Stage, Transition, operator, start
 from router.rollout_plan import DEFAULT_PLAN, RolloutPlan
-from router.rollout_tally import evidence
 
 Action = Literal["pause", "resume", "promote", "abort"]
 
@@ -46,27 +47,6 @@ class NewRollout(BaseModel):
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
-
-
-def view(record: RolloutRecord) -> dict[str, Any]:
-    """A record as the API, the CLI and the dashboard show it."""
-    r, plan = record.rollout, record.plan
-    return {
-        "id": record.id, "model": r.model, "stable": r.stable, "canary": r.canary,
-        "stage": str(r.stage), "step": r.step, "steps": len(plan.steps), "paused": r.paused,
-        "share": r.share(plan), "shadow_share": r.shadow_share(plan), "exposed": r.exposed,
-        "max_exposed": plan.judgement.max_exposed_requests,
-        "stage_started_s": r.stage_started_s, "revision": record.revision,
-        "created_s": record.created_s, "updated_s": record.updated_s,
-        "plan": plan.model_dump(mode="json", exclude={"validation": {"requests"}}),
-    }  # fmt: skip
-
-
-def _transition_view(revision: int, t: Transition) -> dict[str, Any]:
-    return {
-        "revision": revision, "at_s": t.at_s, "from": str(t.from_stage), "to": str(t.to_stage),
-        "step": t.step, "reason": t.reason, "evidence": list(t.evidence),
-    }  # fmt: skip
 
 
 def _plan(raw: dict[str, Any] | str | None) -> RolloutPlan:
@@ -121,7 +101,7 @@ def rollouts_router(gw: Gateway) -> APIRouter:
         await table.write(new, old.revision if old is not None else 0, (t,))
         gw.sync.wake()
 
-    @router.post("", status_code=201)
+    @router.post("", status_code=201, openapi_extra=json_body(NewRollout))
     async def start_rollout(request: Request) -> Response:
         """Start rolling ``to`` out for ``model`` (see the module doc)."""
         authorize(request)
@@ -176,18 +156,12 @@ def rollouts_router(gw: Gateway) -> APIRouter:
         record = await current(model)
         if record is None:
             raise NotFound(f"no rollout of {model!r}", param="model")
-        r = record.rollout
-        lines: list[str] = []
-        if r.stage in (Stage.SHADOW, Stage.CANARY):
-            counts = await table.read_counts(record.id, r.stage, r.step)
-            lines = list(describe(record.plan, evidence(counts, r.stable, r.canary, record.plan)))
         history = await gw.store.rollouts.history(model)
         return _json(
             {
-                **view(record),
-                "evidence": lines,
+                **await with_evidence(table, record),
                 "transitions": [
-                    _transition_view(rev, t) for rid, rev, t in history if rid == record.id
+                    transition_view(rev, t) for rid, rev, t in history if rid == record.id
                 ],
             }
         )

@@ -25,6 +25,7 @@ from starlette.responses import Response
 from base.auth_digest import digest_hex
 from base.errors import InvalidRequest, ModelNotFound, StoreError
 from gateway.context import Gateway
+from gateway.openapi_schemas import json_body
 from live.access_table import NANO, KeyRecord
 from router.policy import Policy, TenantSpec
 from store.records import StoredKey
@@ -53,19 +54,6 @@ class NewKey(BaseModel):
     expires_in_s: float | None = Field(
         default=None, gt=0, le=MAX_KEY_LIFETIME_S, allow_inf_nan=False
     )
-
-
-def _json_body(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that validates ``model`` itself (the body
-    is read raw, so FastAPI cannot document it)."""
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    schema.pop("$defs", None)
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": schema}},
-        }
-    }
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -119,7 +107,7 @@ def tenants_router(gw: Gateway) -> APIRouter:
         authorize(request)
         return _json({name: spec.model_dump() for name, spec in gw.access.tenants.items()})
 
-    @router.put("/tenants/{name}", openapi_extra=_json_body(TenantSpec))
+    @router.put("/tenants/{name}", openapi_extra=json_body(TenantSpec))
     async def put_tenant(request: Request, name: str) -> Response:
         """Create or replace a tenant; applies on every replica within a second."""
         authorize(request)
@@ -146,7 +134,7 @@ def tenants_router(gw: Gateway) -> APIRouter:
         await gw.access.refresh()
         return _json({"tenant": name, "deleted": existed})
 
-    @router.post("/keys", status_code=201, openapi_extra=_json_body(NewKey))
+    @router.post("/keys", status_code=201, openapi_extra=json_body(NewKey))
     async def create_key(request: Request) -> Response:
         """Create an API key for a tenant. The secret is in this reply and nowhere else."""
         authorize(request)

@@ -42,7 +42,7 @@ DECLARED: dict[str, tuple[str, frozenset[str]]] = {
         ("skyroute_retries_denied_total", "counter", ("model",)),
         ("skyroute_rollout_requests_total", "counter", ("model", "version")),
         ("skyroute_shadow_requests_total", "counter", ("model", "outcome")),
-        ("skyroute_rollout_stage", "gauge", ("model", "stage")),
+        ("skyroute_rollout_state", "gauge", ("model", "stage")),
         ("skyroute_rollout_transitions", "gauge", ("model",)),
         ("skyroute_rollout_exposed_requests", "gauge", ("model",)),
         ("skyroute_inflight_requests", "gauge", ("pool",)),
@@ -61,7 +61,7 @@ WITH_SERIES_AFTER_TRAFFIC = set(DECLARED) - {
     "skyroute_hedges_total",  # only SLO classes with ``hedge`` hedge
     "skyroute_rollout_requests_total",  # only under a rollout (tests/gateway/test_rollouts)
     "skyroute_shadow_requests_total",
-    "skyroute_rollout_stage",
+    "skyroute_rollout_state",
     "skyroute_rollout_transitions",
     "skyroute_rollout_exposed_requests",
 }

@@ -24,6 +24,7 @@ from live.rollout_table import RolloutRecord, RolloutTable, plan_from_yaml
 from router.rollout import Rollout, Stage
 from router.rollout_tally import StageCounts
 from tests.gateway.harness import (
+    ADMIN_TOKEN,
     API_KEY,
     Engine,
     Gateway,
@@ -164,6 +165,10 @@ def test_a_canary_step_takes_its_share_counts_each_version_and_sticks_per_sessio
     wait_for(counted, "the step's counts in Redis", timeout_s=10)
     counts = setup.counts("r-share", Stage.CANARY, 0).versions
     assert counts["v1"].n >= seen[US_STABLE] and counts["v1"].err == 0
+    # The dashboard shows the split and the comparison the leader judges on.
+    (shown,) = setup.gateway.admin_json("GET", "/admin/dashboard/data")["rollouts"]
+    assert (shown["stage"], shown["share"], shown["canary"]) == ("canary", 0.3, "v2")
+    assert any(line.startswith("error_rate: canary 0/") for line in shown["evidence"])
     assert sum(counts["v2"].out.values()) == counts["v2"].n - counts["v2"].err
 
     # A residency rule wins over the rollout: the EU-only tenant never reaches the
@@ -265,3 +270,36 @@ def _engine_requests(engine: Engine) -> int:
         if line.startswith("sim:requests_received_total"):
             total += float(line.rsplit(" ", 1)[1])
     return int(total)
+
+
+def test_the_admin_api_refuses_what_cannot_be_done_with_the_reason(setup: Setup) -> None:
+    gw = setup.gateway
+
+    def post(path: str, body: object = None) -> tuple[int, str]:
+        resp = httpx.post(f"{gw.base}{path}", json=body, timeout=10,
+                          headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})  # fmt: skip
+        return resp.status_code, resp.text
+
+    assert post("/admin/rollouts", {"model": MODEL, "to": "v9"})[0] == 400
+    assert post("/admin/rollouts", {"model": MODEL, "to": "v1"})[0] == 400  # serves already
+    assert post("/admin/rollouts", {"model": "nope", "to": "v2"})[0] == 404
+    status, text = post("/admin/rollouts", {"model": MODEL, "to": "v2", "plan": "steps: []"})
+    assert status == 400 and "steps" in text
+    assert gw.admin("GET", "/admin/rollouts/nope").status_code == 404
+
+    status, text = post("/admin/rollouts", {"model": MODEL, "to": "v2"})  # the default plan
+    assert status == 201, text
+    assert post("/admin/rollouts", {"model": MODEL, "to": "v2"})[0] == 409
+    assert post(f"/admin/rollouts/{MODEL}/explode")[0] == 404
+    assert post(f"/admin/rollouts/{MODEL}/pause")[0] == 200
+    assert post(f"/admin/rollouts/{MODEL}/pause")[0] == 409  # already paused
+    assert post(f"/admin/rollouts/{MODEL}/abort")[0] == 200
+    assert post(f"/admin/rollouts/{MODEL}/resume")[0] == 409  # finished
+    listed = gw.admin_json("GET", "/admin/rollouts")
+    assert [(r["model"], r["stage"]) for r in listed] == [(MODEL, "rolled_back")]
+    moves = gw.admin_json("GET", f"/admin/rollouts/{MODEL}")["transitions"]
+    assert [m["reason"] for m in moves] == [
+        "aborted by operator",
+        "paused by operator",
+        "started: v1 -> v2",
+    ]
