@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from live.rollout_table import RolloutRecord
@@ -114,6 +114,9 @@ class RolloutCounts:
     """The active rollouts and the counts of their attempts since the last flush."""
 
     def __init__(self) -> None:
+        # The TPOT (ms) a pool's profile expects at its current load (set by the routing
+        # state): a measured TPOT is counted as a percentage of it (router.rollout_tally).
+        self.expected_tpot: Callable[[PoolSpec], float] | None = None
         self.active: dict[str, ActiveRollout] = {}
         self.pending: dict[tuple[str, str, int], StageCounts] = {}
         self.dropped = 0  # attempts whose counts a failed flush lost
@@ -137,6 +140,8 @@ class RolloutCounts:
         if active is None or not active.counted or version not in (active.stable, active.canary):
             return
         assert version is not None
+        if tpot_ms is not None and self.expected_tpot is not None:
+            tpot_ms = 100.0 * tpot_ms / max(self.expected_tpot(pool), 1e-3)
         counts = self.pending.get(active.count_key)
         if counts is None:
             counts = self.pending[active.count_key] = StageCounts()

@@ -22,6 +22,8 @@ from live.rollout_table import RolloutRecord
 from live.tables import PoolObservations
 from router.compiled import CompiledPolicy
 from router.health import PoolState
+from router.policy import PoolSpec
+from router.rollout_tally import expected_tpot_ms
 from router.scoring import Ranking, RouteRequest, rank
 from router.snapshot import PoolRow, Snapshot
 
@@ -50,6 +52,7 @@ class RoutingState:
         # Every model's rollout record as last read, and what of it steers traffic now.
         self.rollout_records: dict[str, RolloutRecord] = {}
         self.rollouts = RolloutCounts()
+        self.rollouts.expected_tpot = self.expected_tpot_ms
 
     # -- swaps --------------------------------------------------------------------------
     def swap_policy(self, policy: CompiledPolicy) -> None:
@@ -105,6 +108,17 @@ class RoutingState:
         extra = np.maximum(np.asarray(engine_load) - fleet, 0.0)
         self._engine_extra = extra if extra.any() else None
         self._unusable = self.replicas.unusable()
+
+    def expected_tpot_ms(self, pool: PoolSpec) -> float:
+        """The TPOT (ms) ``pool``'s goodput profile gives at its load now: requests in
+        flight (the fleet's and this replica's) per ready replica."""
+        i = self.policy.index.get(pool.id)
+        running = 1.0
+        if i is not None:
+            ready = float(self.snapshot.ready[i]) or 1.0
+            running = (float(self.snapshot.inflight[i]) + float(self._inflight_arr[i])) / ready
+        g = pool.goodput
+        return expected_tpot_ms(g.tpot_ms, g.max_concurrency, g.tokens_per_s, running)
 
     def engine_extra(self, pool_id: str) -> float:
         """Requests at ``pool_id``'s engines that did not come through this fleet."""

@@ -158,7 +158,13 @@ class RolloutPlan(_Strict):
 # The plan a rollout gets when its operator gives none: no gate (there is no golden file
 # to read), a short shadow stage, then 1 %, 10 % and 50 % of the traffic the new version
 # could serve. The first step bounds what an unknown version touches: a regression large
-# enough to matter is decided there (loadtests/bench_rollout.py).
+# enough to matter is decided there (loadtests/bench_rollout.py). Judged by default: what
+# the version itself decides, errors, decode speed (TPOT against the stable version's
+# 90th percentile in the same window, both as a share of what their pools' profiles
+# expect at their load) and answer length. Not TTFT or SLO misses: those are dominated
+# by queueing, which depends on how the new version's pools are sized for their share
+# (a 1 % share runs on a pool a fraction of the stable one's size, and a small pool
+# queues more at the same load); a plan may add them where the pools are sized alike.
 DEFAULT_PLAN = RolloutPlan.model_validate(
     {
         "shadow": {"share": 0.05, "min_requests": 200, "min_duration_s": 60},
@@ -168,5 +174,12 @@ DEFAULT_PLAN = RolloutPlan.model_validate(
             {"share": 0.50, "min_requests": 1000, "min_duration_s": 300},
         ],
         "sticky": "session",
+        "judgement": {
+            "metrics": [
+                {"name": "error_rate", "allowed": 0.005},
+                {"name": "tpot_over_reference", "allowed": 0.05},
+                {"name": "output_under_reference", "allowed": 0.05},
+            ]
+        },
     }
 )

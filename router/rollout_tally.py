@@ -11,7 +11,11 @@ Hash fields are ``<version>|<what>``:
     miss     answered attempts that missed their SLO (TTFT or TPOT over the target)
     tok      output tokens, summed
     t<b>     TTFT histogram: attempts whose TTFT fell in bucket b (answered ones only)
-    p<b>     TPOT histogram (answered ones that produced 2 tokens or more)
+    p<b>     TPOT histogram (answered ones that produced 2 tokens or more), as a percentage
+             of the TPOT the pool's goodput profile expects at the load per replica the
+             attempt met (``expected_tpot_ms``): the two versions run at different loads
+             (a canary's pools carry its share), and decode time grows with the batch, so
+             raw TPOTs would compare loads as much as versions
     o<b>     output-token histogram (answered ones)
 
 Buckets are logarithmic, ``BUCKET_RATIO`` wide, from ``BUCKET_FLOOR``: fine enough that
@@ -37,6 +41,19 @@ BUCKET_RATIO = 1.1
 BUCKETS = 200  # 0.1 * 1.1**200 ~ 1.9e7: past any latency in ms or output length
 
 _LOG_RATIO = math.log(BUCKET_RATIO)
+
+
+def expected_tpot_ms(
+    tpot_ms: float, max_concurrency: int, tokens_per_s: float, running: float
+) -> float:
+    """TPOT (ms) a replica of a goodput profile (``router.policy.GoodputProfile``) gives a
+    sequence with ``running`` sequences in its batch: ``tpot_ms`` alone, growing linearly
+    to the full batch's ``max_concurrency / tokens_per_s`` (the router's model)."""
+    full = max(tpot_ms, max_concurrency * 1000.0 / tokens_per_s)
+    if max_concurrency <= 1:
+        return full
+    occupied = min(max(running, 1.0), float(max_concurrency))
+    return tpot_ms + (full - tpot_ms) * (occupied - 1.0) / (max_concurrency - 1)
 
 
 def bucket(value: float) -> int:

@@ -170,6 +170,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="directory for table.md, result.json and the plots "
         "(default: a new skyroute-sim-<time> directory in the system's temp dir)",
     )
+    p.add_argument(
+        "--rollout",
+        metavar="PLAN",
+        help="instead: replay the trace through a rollout (a plan YAML, or 'default') of a "
+        "new version made worse by --canary-tpot/--canary-errors; print what it served",
+    )
+    p.add_argument("--canary-tpot", type=float, default=1.0, help="new version's TPOT factor")
+    p.add_argument(
+        "--canary-errors", type=float, default=0.0, help="share of its requests failing (0-1)"
+    )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
@@ -182,6 +192,10 @@ def run(args: argparse.Namespace) -> int:
     policy = load_policy(Path(args.policy) if args.policy else demo_policy_path())
     trace = read_trace(args.trace, args.time_unit).head(args.max_requests).sped_up(args.speedup)
     trace = variant(trace, args.variant)
+    if args.rollout:
+        from skyroute.simulate_rollout import run_rollout  # noqa: PLC0415
+
+        return run_rollout(args, policy, trace)
     if args.scale_fleet == "auto":
         span = max(trace.duration_s, 1e-9)
         scale = auto_scale(

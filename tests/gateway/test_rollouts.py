@@ -90,11 +90,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
             pools.append(doc)
         policy = policy_doc(pools, [MODEL])
         policy["models"][MODEL]["version"] = "v1"
-        # Far from the EU stable pool, so US clients use the US ones.
-        policy["client_regions"]["us"]["rtt_ms"]["gcp:europe-west4"] = 90.0
+        # US clients use the US pools only; EU clients the EU pool only.
+        del policy["client_regions"]["us"]["rtt_ms"]["gcp:europe-west4"]
+        policy["client_regions"]["eu"] = {"rtt_ms": {"gcp:europe-west4": 5.0}}
         policy["tenants"] = {
             "default": {},
-            "eu": {"allowed_regions": ["gcp:europe-west4"]},
+            "eu": {"client_region": "eu", "allowed_regions": ["gcp:europe-west4"]},
             "billed": {},
         }
         gateway = Gateway(write_policy(tmp / "policy.yaml", policy), redis_url, unique_prefix())
