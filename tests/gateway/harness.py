@@ -78,6 +78,17 @@ class Engine:
     def set_faults(self, **faults: Any) -> None:
         httpx.post(f"{self.url}/sim/faults", json=faults, timeout=2).raise_for_status()
 
+    def requests_received(self) -> int:
+        """Inference requests this engine received (its ``sim:requests_received_total``)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        return int(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("sim:requests_received_total")
+            )
+        )
+
 
 @dataclass
 class Gateway:

@@ -38,7 +38,6 @@ from tests.gateway.harness import (
     wait_for,
     write_policy,
 )
-from tests.gateway.test_rollouts import _engine_requests
 
 MODEL = "chat-model"
 STABLE, CANARY = "aws:us-east-1:v1", "gcp:us-central1:v2"
@@ -179,7 +178,7 @@ def _finished(r: dict[str, Any]) -> bool:
 
 
 def test_a_version_failing_its_golden_requests_never_gets_user_traffic(fleet: Fleet) -> None:
-    before = _engine_requests(fleet.engines[CANARY])
+    before = fleet.engines[CANARY].requests_received()
     plan = {
         **_plan(),
         "validation": {
@@ -196,7 +195,7 @@ def test_a_version_failing_its_golden_requests_never_gets_user_traffic(fleet: Fl
     assert any("golden" in t["reason"] for t in r["transitions"]), r["transitions"]
     assert seen[CANARY] == 0 and seen[STABLE] > 0
     # The only requests the new version's engine saw: the one golden request.
-    assert _engine_requests(fleet.engines[CANARY]) == before + 1
+    assert fleet.engines[CANARY].requests_received() == before + 1
 
 
 @pytest.mark.parametrize(

@@ -232,19 +232,21 @@ def test_shadow_copies_change_no_answer_or_bill_and_are_counted_as_the_new_versi
 
     wait_for(lambda: set(_pools_of(setup, 5)) == {US_STABLE}, "on v1", timeout_s=20)
     before = answers(20)
-    canary_before = _engine_requests(setup.engines[US_CANARY])
+    canary_before = setup.engines[US_CANARY].requests_received()
     setup.write(_record("r-shadow", Stage.SHADOW, 0, 6), 5)
     wait_for(
-        lambda: _pools_of(setup, 1) and _engine_requests(setup.engines[US_CANARY]) > canary_before,
+        lambda: (
+            _pools_of(setup, 1) and setup.engines[US_CANARY].requests_received() > canary_before
+        ),
         "the first shadow copy",
         timeout_s=20,
     )
-    canary_before = _engine_requests(setup.engines[US_CANARY])
+    canary_before = setup.engines[US_CANARY].requests_received()
     costs.clear()
     during = answers(20, setup.billed_key)
     assert during == before  # same content, same pool: the client sees no difference
     wait_for(
-        lambda: _engine_requests(setup.engines[US_CANARY]) >= canary_before + 20,
+        lambda: setup.engines[US_CANARY].requests_received() >= canary_before + 20,
         "shadow copies of the 20 requests",
         timeout_s=20,
     )
@@ -262,15 +264,6 @@ def test_shadow_copies_change_no_answer_or_bill_and_are_counted_as_the_new_versi
     # (each header rounds to 1e-8 USD)
     assert billed()["cost_usd"] == pytest.approx(sum(costs), abs=20 * 0.5e-8 + 1e-12)
     setup.write(_record("r-shadow", Stage.ROLLED_BACK, 0, 7), 6)
-
-
-def _engine_requests(engine: Engine) -> int:
-    text = httpx.get(f"{engine.url}/metrics", timeout=5).text
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("sim:requests_received_total"):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
 
 
 def test_the_admin_api_refuses_what_cannot_be_done_with_the_reason(setup: Setup) -> None:
