@@ -28,6 +28,7 @@ import openai
 import pytest
 import redis as sync_redis
 
+from tests.figures import report
 from tests.gateway.harness import (
     API_KEY,
     Engine,
@@ -208,11 +209,16 @@ def test_a_worse_version_is_rolled_back_within_its_bound_and_no_client_sees_it(
 ) -> None:
     fleet.engines[CANARY].set_faults(**fault)
     try:
-        fleet.start(_plan(max_exposed=1500))
+        started = fleet.start(_plan(max_exposed=1500))
         seen, errors = fleet.drive(_finished)
     finally:
         fleet.engines[CANARY].set_faults()
     r = fleet.rollout()
+    report(
+        f"rollout, live, new version {fault}: {r['stage']} after "
+        f"{r['transitions'][0]['at_s'] - started['created_s']:.1f} s; it answered "
+        f"{seen[CANARY]} of {seen.total()} user requests; client errors {errors}"
+    )
     assert r["stage"] == "rolled_back", r
     assert errors == 0  # a failed canary attempt fails over to stable
     assert metric in r["transitions"][0]["reason"], r["transitions"][0]
