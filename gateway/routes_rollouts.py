@@ -14,6 +14,7 @@ answer, nothing changes (503 ``store_unavailable``).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from typing import Any, Literal
@@ -31,7 +32,11 @@ from live.rollout_table import RolloutRecord, RolloutTable, plan_from_yaml
 from router.rollout import Stage, Transition, operator, start
 from router.rollout_plan import DEFAULT_PLAN, RolloutPlan
 
+logger = logging.getLogger(__name__)
+
 Action = Literal["pause", "resume", "promote", "abort"]
+ACTIONS: dict[str, Action] = {"pause": "pause", "resume": "resume", "promote": "promote",
+                              "abort": "abort"}  # fmt: skip
 
 
 class NewRollout(BaseModel):
@@ -97,8 +102,12 @@ def rollouts_router(gw: Gateway) -> APIRouter:
         expected = old.revision if old is not None and old.id == new.id else None
         if not await gw.store.rollouts.save(new, t, expected_revision=expected):
             raise Conflict(f"the rollout of {new.rollout.model} moved meanwhile; read it again")
-        # Redis may be behind the store (the leader catches it up): the store decided.
-        await table.write(new, old.revision if old is not None else 0, (t,))
+        # The store decided. Redis may be behind it or down: the leader puts the record
+        # there within a tick of either, so the command stands either way.
+        try:
+            await table.write(new, old.revision if old is not None else 0, (t,))
+        except TableError as exc:
+            logger.warning("rollout %s: saved; Redis not updated yet: %s", new.id, exc)
         gw.sync.wake()
 
     @router.post("", status_code=201, openapi_extra=json_body(NewRollout))
@@ -170,13 +179,14 @@ def rollouts_router(gw: Gateway) -> APIRouter:
     async def act(request: Request, model: str, action: str) -> Response:
         """An operator's command: pause, resume, promote or abort."""
         authorize(request)
-        if action not in ("pause", "resume", "promote", "abort"):
+        command = ACTIONS.get(action)
+        if command is None:
             raise NotFound(f"no action {action!r}: pause, resume, promote or abort")
         old = await current(model)
         if old is None:
             raise NotFound(f"no rollout of {model!r}", param="model")
         try:
-            moved, t = operator(old.rollout, action, time.time())  # type: ignore[arg-type]
+            moved, t = operator(old.rollout, command, time.time())
         except ValueError as exc:
             raise Conflict(str(exc)) from exc
         record = RolloutRecord(old.id, moved, old.plan, old.revision + 1, old.created_s, t.at_s)
