@@ -116,6 +116,7 @@ class Forwarder:
         route_span = ctx.trace.child("route") if traced else NOOP
         active = self.state.rollouts.active.get(route.model) if self.state.rollouts.active else None
         fallback: list[tuple[int, float, float, float]] = []
+        stable_answer: asyncio.Future[bytes | None] | None = None
         if active is None:
             ranking = self.state.rank(route, now)
         else:
@@ -125,7 +126,9 @@ class Forwarder:
                 and parsed.operation is not Operation.EMBEDDING
                 and random.random() < active.shadow_share
             ):
-                self.shadow.mirror(parsed, route, active, path)
+                if active.similarity is not None and not parsed.stream:
+                    stable_answer = asyncio.get_running_loop().create_future()
+                self.shadow.mirror(parsed, route, active, path, stable_answer)
         self.metrics.child(self.metrics.route_decisions, route.model, ranking.reason).inc()
         if traced:
             route_span.set(
@@ -217,10 +220,17 @@ class Forwarder:
                 predicted_tpot_ms=float(ranking.local_tpot_ms[j]),
                 output_tokens=0 if parsed.stream else ranking.est_tokens - route.prompt_tokens,
             )
+        answer: bytes | None = None
         try:
             outcome = await race(start_next, hedge_s, close_unread)
+            if stable_answer is not None and outcome.value.status_code == 200:
+                answer = getattr(outcome.value, "body", None)
         except LookupError:
             raise unavailable(ranking, route.model) from None
+        finally:
+            if stable_answer is not None and not stable_answer.done():
+                # The shadow copy compares its answer with this one (None: no answer).
+                stable_answer.set_result(answer)
         if outcome.hedged_first_ms is not None:
             self.metrics.hedges.labels(model=route.model).inc()
             if outcome.winner > 0:

@@ -47,6 +47,8 @@ class ActiveRollout:
     shadow_share: float  # of requests mirrored to the canary (shadow stage)
     sticky: str  # none | session | tenant
     promoted: bool = False
+    # Shadow answers below this word-set similarity to stable's are mismatches (None: off).
+    similarity: float | None = None
 
     @property
     def counted(self) -> bool:
@@ -106,6 +108,7 @@ def active_rollouts(
             shadow_share=r.shadow_share(plan),
             sticky=plan.sticky,
             promoted=promoted,
+            similarity=plan.shadow.similarity if plan.shadow is not None else None,
         )
     return out
 
@@ -130,6 +133,7 @@ class RolloutCounts:
         ttft_ms: float | None = None,
         tpot_ms: float | None = None,
         output_tokens: int = 0,
+        mismatch: bool | None = None,
     ) -> None:
         """Count one attempt on ``pool`` if its model's rollout is being judged and the
         pool serves one of the two versions. Cheap when no rollout is active."""
@@ -147,7 +151,7 @@ class RolloutCounts:
             counts = self.pending[active.count_key] = StageCounts()
         counts.record(
             version, ok=ok, slo_miss=slo_miss, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
-            output_tokens=output_tokens,
+            output_tokens=output_tokens, mismatch=mismatch,
         )  # fmt: skip
 
     def take(self) -> dict[tuple[str, str, int], StageCounts]:

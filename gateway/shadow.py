@@ -52,23 +52,34 @@ class ShadowMirror:
         self.tasks: set[asyncio.Task[None]] = set()
 
     def mirror(
-        self, parsed: ParsedRequest, route: RouteRequest, active: ActiveRollout, path: str
+        self,
+        parsed: ParsedRequest,
+        route: RouteRequest,
+        active: ActiveRollout,
+        path: str,
+        stable_answer: asyncio.Future[bytes | None] | None = None,
     ) -> None:
         """Start a copy of the request (sent to ``path`` on an engine) to
-        ``active.canary``. Never raises, never waits."""
+        ``active.canary``; with ``stable_answer`` (the client's answer body, once known)
+        the two answers are compared. Never raises, never waits."""
         if len(self.tasks) >= self.max_in_flight:
             self.metrics.shadow_requests.labels(model=route.model, outcome="dropped").inc()
             return
-        task = asyncio.create_task(self._send(parsed, route, active, path))
+        task = asyncio.create_task(self._send(parsed, route, active, path, stable_answer))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def _send(
-        self, parsed: ParsedRequest, route: RouteRequest, active: ActiveRollout, path: str
+        self,
+        parsed: ParsedRequest,
+        route: RouteRequest,
+        active: ActiveRollout,
+        path: str,
+        stable_answer: asyncio.Future[bytes | None] | None,
     ) -> None:
         outcome = "failed"
         try:
-            outcome = await self._exchange(parsed, route, active, path)
+            outcome = await self._exchange(parsed, route, active, path, stable_answer)
         except asyncio.CancelledError:
             raise
         except Exception:  # a copy must never hurt anything; say why it went wrong
@@ -76,7 +87,12 @@ class ShadowMirror:
         self.metrics.shadow_requests.labels(model=route.model, outcome=outcome).inc()
 
     async def _exchange(
-        self, parsed: ParsedRequest, route: RouteRequest, active: ActiveRollout, path: str
+        self,
+        parsed: ParsedRequest,
+        route: RouteRequest,
+        active: ActiveRollout,
+        path: str,
+        stable_answer: asyncio.Future[bytes | None] | None,
     ) -> str:
         state = self.state
         ranking = state.rank(replace(route, version=active.canary), time.time())
@@ -128,6 +144,37 @@ class ShadowMirror:
             prefill_ms = route.prompt_tokens / pool.goodput.prefill_tokens_per_s * 1000
             tpot = max(elapsed_ms - prefill_ms, 0.0) / completion
         miss = tpot is not None and tpot > ranking.slo_tpot_ms
+        mismatch = None
+        if stable_answer is not None and active.similarity is not None:
+            try:
+                # As long as the copy's own deadline: the two were sent together.
+                stable = await asyncio.wait_for(asyncio.shield(stable_answer), first_byte_s)
+            except TimeoutError:
+                stable = None
+            if stable is not None:
+                mismatch = similarity(answer_text(stable), answer_text(body)) < active.similarity
         state.rollouts.attempt(pool, ok=True, slo_miss=miss, tpot_ms=tpot,
-                               output_tokens=completion or 0)  # fmt: skip
+                               output_tokens=completion or 0, mismatch=mismatch)  # fmt: skip
         return "sent"
+
+
+def answer_text(body: bytes) -> str:
+    """The text of an OpenAI answer's first choice ('' if there is none)."""
+    try:
+        choice = orjson.loads(body)["choices"][0]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return ""
+    if not isinstance(choice, dict):
+        return ""
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else choice.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def similarity(a: str, b: str) -> float:
+    """Jaccard similarity of the two texts' sets of lower-cased words (1 for two empty
+    texts): cheap, order-blind, and enough to tell a rewrite from a different answer."""
+    words_a, words_b = set(a.lower().split()), set(b.lower().split())
+    if not words_a and not words_b:
+        return 1.0
+    return len(words_a & words_b) / len(words_a | words_b)

@@ -42,6 +42,7 @@ MetricName = Literal[
     "ttft_over_reference",
     "tpot_over_reference",
     "output_under_reference",
+    "answer_mismatch_rate",
 ]
 
 
@@ -81,9 +82,14 @@ class ValidationGate(_Strict):
 
 
 class ShadowStage(_Strict):
-    """A share of live requests mirrored to the new version (never billed, never shown)."""
+    """A share of live requests mirrored to the new version (never billed, never shown).
+
+    ``similarity``: when set, each mirrored non-streaming answer is compared with the
+    stable version's answer to the same request: word sets whose Jaccard similarity is
+    below it count as a mismatch (metric ``answer_mismatch_rate``)."""
 
     share: float = Field(gt=0, le=1)
+    similarity: float | None = Field(default=None, gt=0, le=1)
     min_requests: int = Field(default=200, ge=1)
     min_duration_s: float = Field(default=60.0, ge=0)
     max_duration_s: float = Field(default=3600.0, gt=0)

@@ -17,6 +17,8 @@ Hash fields are ``<version>|<what>``:
              (a canary's pools carry its share), and decode time grows with the batch, so
              raw TPOTs would compare loads as much as versions
     o<b>     output-token histogram (answered ones)
+    cmp, mm  shadow answers compared with the stable version's, and how many of them
+             mismatched (``ShadowStage.similarity``)
 
 Buckets are logarithmic, ``BUCKET_RATIO`` wide, from ``BUCKET_FLOOR``: fine enough that
 a 1.2x shift of a latency moves about two buckets, coarse enough that a flush carries a
@@ -76,6 +78,8 @@ class VersionCounts:
     err: int = 0
     miss: int = 0
     tok: int = 0
+    cmp: int = 0
+    mm: int = 0
     ttft: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     tpot: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     out: dict[int, int] = field(default_factory=lambda: defaultdict(int))
@@ -110,14 +114,19 @@ class StageCounts:
         ttft_ms: float | None = None,
         tpot_ms: float | None = None,
         output_tokens: int = 0,
+        mismatch: bool | None = None,
     ) -> None:
         """Count one attempt served by ``version``. A failed attempt counts only as an
-        error; latencies (ms) of an answered one go to the histograms when known."""
+        error; latencies (ms) of an answered one go to the histograms when known;
+        ``mismatch`` (None: not compared) is a shadow answer's comparison."""
         c = self._of(version)
         c.n += 1
         if not ok:
             c.err += 1
             return
+        if mismatch is not None:
+            c.cmp += 1
+            c.mm += mismatch
         c.miss += slo_miss
         c.tok += output_tokens
         c.out[bucket(output_tokens)] += 1
@@ -130,7 +139,9 @@ class StageCounts:
         """The counts as hash increments (``HINCRBY`` each; zero fields left out)."""
         out: dict[str, int] = {}
         for version, c in self.versions.items():
-            for name, value in (("n", c.n), ("err", c.err), ("miss", c.miss), ("tok", c.tok)):
+            scalars = (("n", c.n), ("err", c.err), ("miss", c.miss), ("tok", c.tok),
+                       ("cmp", c.cmp), ("mm", c.mm))  # fmt: skip
+            for name, value in scalars:
                 if value:
                     out[f"{version}|{name}"] = value
             for letter, hist in (("t", c.ttft), ("p", c.tpot), ("o", c.out)):
@@ -154,7 +165,7 @@ class StageCounts:
             if not sep or not what:
                 continue
             c = counts._of(version)
-            if what in ("n", "err", "miss", "tok"):
+            if what in ("n", "err", "miss", "tok", "cmp", "mm"):
                 setattr(c, what, getattr(c, what) + number)
             elif what[0] in "tpo" and what[1:].isdigit():
                 hist = {"t": c.ttft, "p": c.tpot, "o": c.out}[what[0]]
@@ -166,6 +177,7 @@ class StageCounts:
         for version, o in other.versions.items():
             c = self._of(version)
             c.n, c.err, c.miss, c.tok = c.n + o.n, c.err + o.err, c.miss + o.miss, c.tok + o.tok
+            c.cmp, c.mm = c.cmp + o.cmp, c.mm + o.mm
             for mine, theirs in ((c.ttft, o.ttft), (c.tpot, o.tpot), (c.out, o.out)):
                 for b, value in theirs.items():
                     mine[b] += value
@@ -213,6 +225,12 @@ def metric_tallies(
     # Shorter answers than the stable version's low quantile (a truncating regression).
     low = _quantile_bucket(ref.out, 1.0 - quantile)
     out["output_under_reference"] = Tally() if low is None else _below(c.out, low)
+    # The stable version matches itself: its side is every comparison, none a mismatch.
+    if version == reference:
+        compared = sum(v.cmp for v in counts.versions.values())
+        out["answer_mismatch_rate"] = Tally(compared, 0)
+    else:
+        out["answer_mismatch_rate"] = Tally(c.cmp, c.mm)
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from gateway.rollout_routing import RolloutCounts, active_rollouts
+from gateway.shadow import answer_text, similarity
 from live.rollout_table import RolloutRecord, plan_from_yaml
 from router.compiled import compile_policy
 from router.policy import Policy
@@ -79,3 +80,12 @@ def test_attempts_are_counted_by_stage_and_version_only_while_judged() -> None:
     counts.active = active_rollouts({BIG: _record(Stage.VALIDATING)}, policy)
     counts.attempt(v1, ok=True)
     assert not counts.take()
+
+
+def test_shadow_answers_are_compared_by_their_words() -> None:
+    chat = b'{"choices": [{"message": {"content": "The cat sat"}}]}'
+    text = b'{"choices": [{"text": "the cat sat down"}]}'
+    assert answer_text(chat) == "The cat sat" and answer_text(text) == "the cat sat down"
+    assert answer_text(b"not json") == answer_text(b'{"choices": [1]}') == ""
+    assert similarity("The cat sat", "the cat sat down") == 0.75
+    assert similarity("", "") == 1.0 and similarity("a", "b") == 0.0

@@ -114,7 +114,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
 
 
 PLAN = plan_from_yaml(
-    "sticky: session\nshadow: {share: 1.0, min_requests: 10}\nsteps: [{share: 0.3}, {share: 0.6}]\n"
+    "sticky: session\nshadow: {share: 1.0, min_requests: 10, similarity: 0.9}\n"
+    "steps: [{share: 0.3}, {share: 0.6}]\n"
 )
 
 
@@ -258,6 +259,8 @@ def test_shadow_copies_change_no_answer_or_bill_and_are_counted_as_the_new_versi
     wait_for(counted, "shadow counts", timeout_s=10)
     counts = setup.counts("r-shadow", Stage.SHADOW, 0).versions
     assert counts["v2"].err == 0 and counts["v1"].n >= 20
+    # The new version's engine writes other text (another seed): its answers mismatch.
+    assert counts["v2"].cmp >= 20 and counts["v2"].mm == counts["v2"].cmp
     # Billing: the tenant pays for its 20 requests, at what their answers said they cost.
     wait_for(lambda: billed()["requests"] >= 20, "the tenant's usage in the store", 20)
     assert billed()["requests"] == 20

@@ -64,3 +64,15 @@ def test_a_slower_canary_crosses_the_stable_reference_far_more_often() -> None:
     )
     assert abs(ev.canary["error_rate"].rate - 0.05) < 0.015
     assert ev.canary_requests == 2000
+
+
+def test_shadow_comparisons_give_the_mismatch_rate_against_a_stable_that_matches_itself() -> None:
+    counts = StageCounts()
+    for i in range(10):
+        counts.record("v1", ok=True, output_tokens=5)
+        counts.record("v2", ok=True, output_tokens=5, mismatch=i < 3)
+    counts.record("v2", ok=True)  # not compared (a streamed request)
+    back = StageCounts.parse(counts.fields())
+    ev = evidence(back, "v1", "v2", PLAN)
+    assert (ev.canary["answer_mismatch_rate"].n, ev.canary["answer_mismatch_rate"].bad) == (10, 3)
+    assert (ev.stable["answer_mismatch_rate"].n, ev.stable["answer_mismatch_rate"].bad) == (10, 0)
