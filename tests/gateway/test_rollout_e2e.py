@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -113,10 +112,7 @@ class Fleet:
         for t in threads:
             t.start()
         try:
-            deadline = time.monotonic() + HANG_S
-            while not done(self.rollout()):
-                assert time.monotonic() < deadline, f"gave up; rollout {self.rollout()}"
-                time.sleep(0.25)
+            wait_for(lambda: done(self.rollout()), "the rollout's decision", timeout_s=HANG_S)
         finally:
             stop.set()
             for t in threads:
