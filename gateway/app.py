@@ -90,7 +90,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             await _stop(tasks)
             # The last usage records and counters go out before the process does.
             with contextlib.suppress(TableError):
-                await gw.sync.flush_once()
+                await gw.sync.flush_once(final=True)
             await gw.sync.release()
             await gw.store.close()
             gw.tracing.shutdown()

@@ -85,6 +85,7 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         settings.replica_id,
         refresh_interval_s=settings.snapshot_interval_ms / 1000,
         flush_interval_s=settings.flush_interval_ms / 1000,
+        usage_interval_s=settings.usage_flush_interval_ms / 1000,
         replica_ttl_ms=settings.replica_ttl_ms,
         rollout_table=RolloutTable(redis, prefix=settings.redis_prefix),
     )

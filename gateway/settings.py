@@ -48,6 +48,10 @@ class GatewaySettings(BaseSettings):
     snapshot_interval_ms: int = Field(default=100, gt=0, le=250)
     # In-flight counts and observations are flushed to Redis in one pipeline this often.
     flush_interval_ms: int = Field(default=50, gt=0, le=1000)
+    # Usage and demand records go out with a flush once this old (or once a batch of
+    # them waits): budgets and the ledger see a request at most this late, and a batch
+    # costs a few Redis commands whatever the number of gateway replicas serves it.
+    usage_flush_interval_ms: int = Field(default=1000, gt=0, le=5000)
     # Demand telemetry resolution (s, a divisor of a day); the autoscaler must read with
     # the same SKYROUTE_AUTOSCALE_DEMAND_BUCKET_S. The demo uses 5 s to scale fast.
     demand_bucket_s: int = Field(default=60, gt=0, le=86400)

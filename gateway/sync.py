@@ -1,7 +1,8 @@
 """Background loops that keep the in-process state and Redis in step, off the request path.
 
 - ``refresh``: reads the live tables into a new snapshot every interval (≤ 250 ms), or
-  at once when the events channel announces a change.
+  at once when the events channel announces a change (``live.table_reader``: the new
+  observations each time, the announced pool hashes when announced or once a second).
 - ``flush``: writes this replica's in-flight counts, observations, health changes and
   the engine replicas it ejected in one pipeline every interval.
 - ``listen``: the pub/sub subscription that wakes ``refresh``.
@@ -28,6 +29,7 @@ from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
 from live.redis_client import AnyPipeline, RedisClient, pubsub
 from live.rollout_table import RolloutTable
+from live.table_reader import TableReader
 from live.tables import LiveTables
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,9 @@ _MAX_BACKOFF_S = 2.0
 
 # How often the rollout records are read when no announcement came (seconds).
 ROLLOUT_READ_INTERVAL_S = 1.0
+
+# Records written at the next flush once this many wait, whatever their age.
+USAGE_BATCH = 256
 
 
 class TableSync:
@@ -54,6 +59,7 @@ class TableSync:
         refresh_interval_s: float,
         flush_interval_s: float,
         replica_ttl_ms: int,
+        usage_interval_s: float = 1.0,
         rollout_table: RolloutTable | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -67,6 +73,7 @@ class TableSync:
         # The clock of the flush-skipping rule (seconds; injectable for tests).
         self.monotonic = monotonic
         self.tables = tables
+        self.reader = TableReader(tables)
         self.access_tables = access_tables
         self.usage = usage
         self.demand_tables = demand_tables
@@ -74,6 +81,8 @@ class TableSync:
         self.replica_id = replica_id
         self.refresh_interval_s = refresh_interval_s
         self.flush_interval_s = flush_interval_s
+        self.usage_interval_s = usage_interval_s
+        self._usage_since: float | None = None
         self.replica_ttl_ms = replica_ttl_ms
         self._wake = asyncio.Event()
         self.redis_errors = 0
@@ -125,24 +134,35 @@ class TableSync:
 
     async def refresh_once(self) -> None:
         """Read the tables into a new snapshot. Raises TableError."""
-        now = time.time()
-        rows = await self.tables.read(
-            self.state.policy.pool_ids,
-            int(now * 1000),
-            self.replica_ttl_ms,
-            exclude_replica=self.replica_id,
-            with_samples=False,
+        now, mono = time.time(), self.monotonic()
+        rows = await self.reader.read(
+            self.state.policy.pool_ids, now, mono, self.replica_ttl_ms, self.replica_id
         )
         self.state.swap_snapshot(rows, now)
-        mono = self.monotonic()
         if self.rollout_table is not None and (
             self._rollouts_due or mono - self._rollouts_read_at >= ROLLOUT_READ_INTERVAL_S
         ):
             self.state.set_rollouts(await self.rollout_table.read_all())
             self._rollouts_due, self._rollouts_read_at = False, mono
 
-    async def flush_once(self) -> None:
-        """Write in-flight counts, observations and usage records. Raises TableError.
+    def _records_due(self, now: float, final: bool) -> bool:
+        # Records wait for a batch (USAGE_BATCH) or for usage_interval_s after the first
+        # of them: a batch's roll-ups and spend cost a dozen commands, so writing them
+        # every 50 ms made Redis work per request grow with the number of replicas.
+        if not len(self.usage) and not len(self.demand):
+            self._usage_since = None
+            return False
+        if self._usage_since is None:
+            self._usage_since = now
+        return (
+            final
+            or len(self.usage) + len(self.demand) >= USAGE_BATCH
+            or now - self._usage_since >= self.usage_interval_s
+        )
+
+    async def flush_once(self, *, final: bool = False) -> None:
+        """Write in-flight counts, observations and, when due (or ``final``: shutdown),
+        usage and demand records. Raises TableError.
 
         With nothing new to write (no observation, record or demand, the same in-flight
         counts as the last successful flush) the write is skipped until a quarter of the
@@ -150,10 +170,13 @@ class TableSync:
         liveness from expiring. An idle gateway then writes 1.3 times a second instead of
         20 (measured: about 10 ms/s less idle CPU)."""
         pending = self.state.take_pending()
-        records = self.usage.take()
-        demand = self.demand.take()
-        inflight = dict(self.state.inflight)
         now = self.monotonic()
+        records: list[UsageRecord] = []
+        demand: list[DemandRecord] = []
+        if self._records_due(now, final):
+            records, demand = self.usage.take(), self.demand.take()
+            self._usage_since = None
+        inflight = dict(self.state.inflight)
         # The replica set's clock is time.monotonic, whatever the skipping rule's is.
         mono, wall = time.monotonic(), time.time()
         ejections = self.state.replicas.take_ejections(mono, wall)
@@ -178,7 +201,7 @@ class TableSync:
                 self.rollout_table.add_counts(pipe, counts)
 
         try:
-            await self.tables.flush(
+            entry_id = await self.tables.flush(
                 self.replica_id,
                 now_ms=int(time.time() * 1000),
                 inflight=inflight,
@@ -190,8 +213,10 @@ class TableSync:
             # Observations are statistics: dropping a batch during an outage only makes
             # the EWMA a little staler.
             self.dropped_observations += sum(o.ok + o.errors for o in pending.values())
-            # Usage records are money: they wait for the next flush.
+            # Usage records are money: they wait for the next flush, due at once.
             self.usage.give_back(records)
+            if records or demand:
+                self._usage_since = now - self.usage_interval_s
             # Demand too: dropping it would make an outage look like no demand at all.
             self.demand.give_back(demand)
             self.state.replicas.give_back(ejections, mono, wall)
@@ -199,6 +224,7 @@ class TableSync:
             # that may have been applied is dropped rather than risk counting it twice.
             self.state.rollouts.lost(counts)
             raise
+        self.reader.written(entry_id)
         self._flushed_inflight, self._flushed_at = inflight, now
 
     async def refresh(self) -> None:
@@ -237,9 +263,14 @@ class TableSync:
                 async with await pubsub(redis) as events:
                     await events.subscribe(self.tables.events_channel)
                     backoff, listen_failing = 0.1, False
+                    # Announcements made while unsubscribed are lost: read everything.
+                    self.reader.changed()
+                    self._rollouts_due = True
                     async for message in events.listen():
                         if message.get("data") in (b"rollouts", "rollouts"):
                             self._rollouts_due = True
+                        else:
+                            self.reader.changed()
                         self._wake.set()
             except (RedisError, OSError) as exc:
                 # Readiness is the refresh loop's to judge; here only the first failure

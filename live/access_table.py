@@ -45,6 +45,8 @@ NANO = 1_000_000_000
 USAGE_STREAM_MAXLEN = 1_000_000
 # A spend counter outlives the longest budget period (a month) by a margin.
 SPEND_TTL_S = 40 * 86400
+# How often one process re-sends the TTL of a usage counter it keeps adding to (s).
+EXPIRY_REFRESH_S = 60.0
 GROUPS = ("pool", "model", "region", "provider")
 
 
@@ -140,9 +142,26 @@ class AccessTables:
         # must be given the tenant's keys up front (see ADMIT_LUA). A key never changes
         # tenant; a wrong guess costs one more round trip, never a wrong verdict.
         self._tenant_of: dict[str, str] = {}
+        # Counter key -> when this process last set its TTL (monotonic s).
+        self._expired_at: dict[str, float] = {}
 
     def _k(self, *parts: str) -> str:
         return tagged(self.prefix, "access", *parts)
+
+    def _expiry_due(self, key: str) -> bool:
+        """Whether to (re)send a counter key's EXPIRE with this batch: at most once a
+        minute per key and process. A TTL of weeks needs no refresh per batch, and a key
+        that Redis lost and INCRBY recreated without one gets it back within a minute."""
+        now = time.monotonic()
+        last = self._expired_at.get(key)
+        if last is not None and now - last < EXPIRY_REFRESH_S:
+            return False
+        if len(self._expired_at) > 4096:
+            self._expired_at = {
+                k: t for k, t in self._expired_at.items() if now - t < EXPIRY_REFRESH_S
+            }
+        self._expired_at[key] = now
+        return True
 
     def key(self, *parts: str) -> str:
         """The full Redis key of a schema entry above, e.g. ``key("usage")``: for the
@@ -318,21 +337,23 @@ class AccessTables:
         for (tenant, hour_n, pool, model, region, provider), sums in groups.items():
             periods = _hour_period_ids(hour_n)
             hour = self._k("usage", tenant, periods[0])
-            for group, value in (("pool", pool), ("model", model), ("region", region),
-                                 ("provider", provider), ("total", "all")):  # fmt: skip
-                for metric, amount in zip(_METRICS, sums, strict=True):
-                    key = (hour, f"{group}|{value}|{metric}")
-                    rollups[key] = rollups.get(key, 0) + amount
+            # One field per metric of the whole group, not one per way of grouping it:
+            # the reader sums by pool, model, region or provider (4 fields, not 20).
+            for metric, amount in zip(_METRICS, sums, strict=True):
+                key = (hour, f"{pool}|{model}|{region}|{provider}|{metric}")
+                rollups[key] = rollups.get(key, 0) + amount
             for period in periods:
                 skey = self._k("spend", tenant, period)
                 spend[skey] = spend.get(skey, 0) + sums[3]
         for (hour, field_name), amount in rollups.items():
             pipe.hincrby(hour, field_name, amount)
         for hour in {h for h, _ in rollups}:
-            pipe.expire(hour, 90 * 86400)
+            if self._expiry_due(hour):
+                pipe.expire(hour, 90 * 86400)
         for skey, amount in spend.items():
             pipe.incrby(skey, amount)
-            pipe.expire(skey, SPEND_TTL_S)
+            if self._expiry_due(skey):
+                pipe.expire(skey, SPEND_TTL_S)
         for tenant, delta in tpm.items():
             if delta:
                 # EVAL, not EVALSHA: this runs once per tenant per flush, inside a
@@ -357,9 +378,10 @@ class AccessTables:
         out: dict[str, dict[str, int]] = {}
         for raw in await self._run(pipe):
             for field_name, value in raw.items():
-                group, name, metric = _s(field_name).split("|", 2)
-                if group == group_by:
-                    slot = out.setdefault(name, {})
+                name = _rollup_name(_s(field_name), group_by)
+                if name is not None:
+                    metric = name[1]
+                    slot = out.setdefault(name[0], {})
                     slot[metric] = slot.get(metric, 0) + int(_s(value))
         return out
 
@@ -377,6 +399,23 @@ class AccessTables:
             except ValueError:
                 continue  # the consumer logs and drops such an entry
         return out
+
+
+_GROUP_INDEX = {"pool": 0, "model": 1, "region": 2, "provider": 3}
+
+
+def _rollup_name(field_name: str, group_by: str) -> tuple[str, str] | None:
+    """(group value, metric) of a roll-up field for ``group_by``, or None if the field
+    does not count there. Fields are ``pool|model|region|provider|metric``; hours written
+    before that held ``group|value|metric`` per way of grouping, and still read."""
+    parts = field_name.split("|")
+    if len(parts) == 3:
+        return (parts[1], parts[2]) if parts[0] == group_by else None
+    if len(parts) != 5:
+        return None
+    if group_by == "total":
+        return "all", parts[4]
+    return parts[_GROUP_INDEX[group_by]], parts[4]
 
 
 def now_s() -> float:

@@ -3,38 +3,6 @@ in KEYS or as a prefix in ARGV from ``live.tables``."""
 
 from __future__ import annotations
 
-# EWMA over a batch of n observations with mean x: the same result as n single updates
-# with an equal value, so flush batching does not change the estimate's time constant.
-# Each estimate also records when it was last fed (ARGV[8], unix ms), so a reader can
-# ignore one that no traffic has refreshed for a while.
-EWMA_LUA = """
-local alpha = tonumber(ARGV[1])
-local function upd(field, n, mean)
-  if n <= 0 then return end
-  redis.call('HSET', KEYS[1], field .. '_at_ms', ARGV[8])
-  local cur = redis.call('HGET', KEYS[1], field)
-  if not cur then
-    redis.call('HSET', KEYS[1], field, mean)
-  else
-    local w = 1 - math.pow(1 - alpha, n)
-    redis.call('HSET', KEYS[1], field, tonumber(cur) + w * (mean - tonumber(cur)))
-  end
-end
-upd('ttft_ewma_ms', tonumber(ARGV[2]), tonumber(ARGV[3]))
-upd('tpot_ewma_ms', tonumber(ARGV[4]), tonumber(ARGV[5]))
-redis.call('HINCRBY', KEYS[1], 'samples', ARGV[6])
-redis.call('HINCRBY', KEYS[1], 'errors', ARGV[7])
-return 1
-"""
-
-RTT_LUA = """
-local cur = redis.call('HGET', KEYS[1], 'rtt_ms')
-local x = tonumber(ARGV[2])
-if cur then x = tonumber(cur) + tonumber(ARGV[1]) * (x - tonumber(cur)) end
-redis.call('HSET', KEYS[1], 'rtt_ms', x)
-return 1
-"""
-
 # Compare-and-set of a health record: write the fields only if ``version`` is still
 # ARGV[2], and announce the change on channel ARGV[1] (a channel is not a key: Redis
 # Cluster routes a script by its keys and broadcasts a PUBLISH to every node).

@@ -2,21 +2,23 @@
 
 Schema (all keys under ``{prefix}``, default ``sr:v1``):
 
-    pool:{<id>}:stats     hash   ttft_ewma_ms, tpot_ewma_ms, rtt_ms, samples, errors  (EWMA, Lua)
-    pool:{<id>}:ttft      list   recent TTFT samples, ms (newest first, capped)
-    pool:{<id>}:tpot      list   recent TPOT samples, ms
+    {obs}:stream          stream observations: every gateway flush (in-flight counts,
+                                 latency samples, outcomes) and probe RTTs, one entry each
+                                 (``live.observations``; readers fold it)
+    {obs}:checkpoint      string a reader's fold of the stream and the id it is current to
     pool:{<id>}:replicas  hash   ready, target, endpoints (JSON list of URLs)  (fleet/autoscaler)
     pool:{<id>}:health    hash   router.health.HealthRecord, compare-and-set on version
     pool:{<id>}:ejections hash   replica base URL -> "<until unix ms> <reason>": replicas a
                                  gateway ejected for failed requests (expires whole)
     price:{<id>}          hash   usd_per_gpu_hour, source, fetched_at_s, stale  (price feeds)
                                  [usd_per_hour, instance_type, purchase]
-    {inflight}:…          requests in flight per gateway replica and summed (live.inflight)
     events                pub/sub channel: a table changed, refresh the snapshot now
 
-A pool's keys share the hash tag ``{<id>}`` (one Redis Cluster slot per pool). Each
-gateway replica writes its own absolute in-flight counts, so a replica that dies takes
-its counts with it once its heartbeat is stale and nothing can drift negative.
+A pool's keys share the hash tag ``{<id>}`` (one Redis Cluster slot per pool); the
+observations' keys share ``{obs}``. Each gateway replica writes its own absolute in-flight
+counts, so a replica that dies takes its counts with it once its heartbeat is stale and
+nothing can drift negative. Every writer of a pool's hashes announces the change on the
+events channel, which is what lets a gateway read them only when told (``TableReader``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,24 +34,22 @@ import orjson
 from redis.exceptions import RedisError
 
 from base.errors import TableError
+from live import observations as obs_codec
 from live import table_scripts
-from live.inflight import InflightTable
-from live.redis_client import AnyPipeline, RedisClient, queue_script
+from live.keyspace import tagged
+from live.observations import ObservationFold, PoolObservations
+from live.redis_client import AnyPipeline, RedisClient
 from live.replica_health import ReplicaEjection, parse_ejections
 from router.health import HealthRecord
-from router.snapshot import EWMA_ALPHA, PoolRow
+from router.snapshot import PoolRow
 
-SAMPLES_KEPT = 256
+__all__ = ["LiveTables", "PoolObservations", "PriceEntry", "SlowRows", "build_rows", "entries"]
 
+# Entries the observations stream keeps (approximately): at 16 gateway replicas flushing
+# 20 times a second, about a minute; readers normally start from a checkpoint seconds old.
+OBS_STREAM_MAXLEN = 20_000
 
-@dataclass
-class PoolObservations:
-    """Observations of one pool gathered in-process between two flushes (ms)."""
-
-    ttft_ms: list[float] = field(default_factory=list)
-    tpot_ms: list[float] = field(default_factory=list)
-    ok: int = 0
-    errors: int = 0
+SlowRows = dict[str, tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,10 @@ def _endpoints(raw: str | None) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str) and v.startswith(("http://", "https://")))
 
 
-def _percentiles(samples: list[str]) -> tuple[float, float]:
-    if not samples:
+def _percentiles(samples: Iterable[float]) -> tuple[float, float]:
+    values = np.fromiter(samples, dtype=np.float64)
+    if not values.size:
         return float("nan"), float("nan")
-    values = np.asarray([float(s) for s in samples])
     p50, p99 = np.percentile(values, [50, 99])
     return float(p50), float(p99)
 
@@ -118,11 +118,10 @@ class LiveTables:
     def __init__(self, redis: RedisClient, prefix: str = "sr:v1") -> None:
         self.redis = redis
         self.prefix = prefix
-        self._ewma = redis.register_script(table_scripts.EWMA_LUA)
-        self._rtt = redis.register_script(table_scripts.RTT_LUA)
         self._health_cas = redis.register_script(table_scripts.HEALTH_CAS_LUA)
         self._announce = redis.register_script(table_scripts.ANNOUNCE_LUA)
-        self.inflight = InflightTable(redis, prefix)
+        self.obs_stream = tagged(prefix, "obs", "stream")
+        self.obs_checkpoint = tagged(prefix, "obs", "checkpoint")
 
     # -- key spelling -------------------------------------------------------------------
     def _pool(self, pool_id: str, table: str) -> str:
@@ -146,49 +145,80 @@ class LiveTables:
         inflight_ttl_ms: int,
         observations: Mapping[str, PoolObservations],
         extra: Callable[[AnyPipeline], None] | None = None,
-    ) -> None:
-        """Write one gateway replica's in-flight counts and observations in ONE round-trip.
-        ``extra`` may queue more commands on the same pipeline (usage records).
+    ) -> str:
+        """Write one gateway replica's in-flight counts and observations in ONE round-trip:
+        one stream entry, whatever the number of pools. ``extra`` may queue more commands
+        on the same pipeline (usage records). Returns the entry's stream id.
 
-        ``inflight`` holds absolute counts (requests), so repeating a flush is harmless.
-        Observations are additive: flushing the same batch twice counts it twice.
+        ``inflight`` holds absolute counts (requests) and is the replica's heartbeat at
+        ``now_ms``: readers drop a share ``inflight_ttl_ms`` older than their clock, so a
+        repeated flush is harmless. Observations are additive: flushing the same batch
+        twice counts it twice. Raises TableError.
         """
+        del inflight_ttl_ms  # readers apply the TTL to the heartbeat written here
         pipe = self.redis.pipeline(transaction=False)
-        await self.inflight.queue_flush(pipe, replica_id, inflight, now_ms, inflight_ttl_ms)
-        for pool_id, obs in observations.items():
-            n_ttft, n_tpot = len(obs.ttft_ms), len(obs.tpot_ms)
-            args: list[Any] = [
-                EWMA_ALPHA,
-                n_ttft,
-                sum(obs.ttft_ms) / n_ttft if n_ttft else 0,
-                n_tpot,
-                sum(obs.tpot_ms) / n_tpot if n_tpot else 0,
-                obs.ok,
-                obs.errors,
-                now_ms,
-            ]
-            await queue_script(pipe, self._ewma, [self._pool(pool_id, "stats")], args)
-            for table, samples in (("ttft", obs.ttft_ms), ("tpot", obs.tpot_ms)):
-                if samples:
-                    pipe.lpush(self._pool(pool_id, table), *(f"{s:.3f}" for s in samples))
-                    pipe.ltrim(self._pool(pool_id, table), 0, SAMPLES_KEPT - 1)
+        value = obs_codec.encode_flush(replica_id, now_ms, inflight, observations)
+        self._queue_obs(pipe, value)
         if extra is not None:
             extra(pipe)
         try:
-            await _execute(pipe)
+            results = await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"flush failed: {exc}") from exc
+        return _s(results[0])
+
+    def _queue_obs(self, pipe: AnyPipeline, value: bytes) -> None:
+        pipe.xadd(self.obs_stream, {"b": value}, maxlen=OBS_STREAM_MAXLEN, approximate=True)
+
+    async def _add_obs(self, value: bytes, what: str) -> None:
+        try:
+            await self.redis.xadd(
+                self.obs_stream, {"b": value}, maxlen=OBS_STREAM_MAXLEN, approximate=True
+            )
+        except RedisError as exc:
+            raise TableError(f"{what} failed: {exc}") from exc
 
     async def release(self, replica_id: str) -> None:
         """Remove this replica's in-flight share at once (graceful shutdown). Idempotent."""
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            await self.inflight.queue_release(pipe, replica_id, int(time.time() * 1000))
-            await _execute(pipe)
-        except RedisError as exc:
-            raise TableError(f"release failed: {exc}") from exc
+        await self._add_obs(obs_codec.encode_release(replica_id, int(time.time() * 1000)),
+                            "release")  # fmt: skip
 
     # -- the snapshot read -----------------------------------------------------------------
+    def queue_slow(self, pipe: AnyPipeline, pool_ids: Sequence[str]) -> None:
+        """Queue the read of the pools' announced hashes (replicas, health, price,
+        ejections); ``parse_slow`` decodes the replies."""
+        for pid in pool_ids:
+            pipe.hgetall(self._pool(pid, "replicas"))
+            pipe.hgetall(self._pool(pid, "health"))
+            pipe.hgetall(self._price(pid))
+            pipe.hgetall(self._pool(pid, "ejections"))
+
+    @staticmethod
+    def parse_slow(pool_ids: Sequence[str], replies: Sequence[Any]) -> SlowRows:
+        """The replies of ``queue_slow`` per pool id."""
+        out: SlowRows = {}
+        for n, pid in enumerate(pool_ids):
+            r, h, p, e = (_decode(x) for x in replies[4 * n : 4 * n + 4])
+            out[pid] = (r, h, p, e)
+        return out
+
+    def queue_tail(self, pipe: AnyPipeline, after_id: str) -> None:
+        """Queue the read of every observation entry after ``after_id``."""
+        pipe.xrange(self.obs_stream, min="(" + after_id if after_id != "0-0" else "-")
+
+    async def fold(self) -> ObservationFold:
+        """The observations folded from the newest checkpoint and the entries after it
+        (two round trips). Raises TableError."""
+        try:
+            fold = ObservationFold.from_checkpoint(await self.redis.get(self.obs_checkpoint))
+            pipe = self.redis.pipeline(transaction=False)
+            self.queue_tail(pipe, fold.last_id)
+            (tail,) = await _execute(pipe)
+        except RedisError as exc:
+            raise TableError(f"observations read failed: {exc}") from exc
+        fold.apply(entries(tail))
+        return fold
+
     async def read(
         self,
         pool_ids: Iterable[str],
@@ -198,87 +228,39 @@ class LiveTables:
         *,
         with_samples: bool = True,
     ) -> dict[str, PoolRow]:
-        """Read every table for ``pool_ids`` in one pipelined round-trip.
+        """Read every table for ``pool_ids`` (three round trips; the gateway's refresh
+        uses ``TableReader``, which keeps its fold and reads only what is new).
 
         In-flight counts are summed over replicas that sent a heartbeat within
         ``replica_ttl_ms``, leaving out ``exclude_replica``. Unreadable fields come
-        back as 'not known' (NaN). ``with_samples=False`` skips the sample lists (and
-        so the percentiles), which routing does not use: the gateway's 10-per-second
-        refresh reads only what routing needs.
+        back as 'not known' (NaN). ``with_samples=False`` skips the percentiles.
+        Raises TableError.
         """
         ids = list(pool_ids)
+        fold = await self.fold()
         pipe = self.redis.pipeline(transaction=False)
-        await self.inflight.queue_read(pipe, exclude_replica, now_ms, replica_ttl_ms)
-        for pid in ids:
-            pipe.hgetall(self._pool(pid, "stats"))
-            if with_samples:
-                pipe.lrange(self._pool(pid, "ttft"), 0, -1)
-                pipe.lrange(self._pool(pid, "tpot"), 0, -1)
-            pipe.hgetall(self._pool(pid, "replicas"))
-            pipe.hgetall(self._pool(pid, "health"))
-            pipe.hgetall(self._price(pid))
-            pipe.hgetall(self._pool(pid, "ejections"))
+        self.queue_slow(pipe, ids)
         try:
-            results = await _execute(pipe)
+            slow = self.parse_slow(ids, await _execute(pipe))
         except RedisError as exc:
             raise TableError(f"snapshot read failed: {exc}") from exc
-        inflight = InflightTable.parse(results[0])
-        rows: dict[str, PoolRow] = {}
-        for n, pid in enumerate(ids):
-            stride = 7 if with_samples else 5
-            fields = [_decode(x) for x in results[1 + stride * n : 1 + stride * (n + 1)]]
-            if not with_samples:
-                fields[1:1] = [[], []]
-            stats, ttft, tpot, replicas, health, price, ejections = fields
-            assert isinstance(stats, dict) and isinstance(replicas, dict)
-            assert isinstance(health, dict) and isinstance(price, dict)
-            assert isinstance(ttft, list) and isinstance(tpot, list)
-            ttft_p50, ttft_p99 = _percentiles(ttft)
-            tpot_p50, tpot_p99 = _percentiles(tpot)
-            rows[pid] = PoolRow(
-                ttft_ewma_ms=_f(stats, "ttft_ewma_ms"),
-                tpot_ewma_ms=_f(stats, "tpot_ewma_ms"),
-                ttft_at_s=_f(stats, "ttft_ewma_ms_at_ms", 0.0) / 1000.0,
-                tpot_at_s=_f(stats, "tpot_ewma_ms_at_ms", 0.0) / 1000.0,
-                ttft_p50_ms=ttft_p50,
-                ttft_p99_ms=ttft_p99,
-                tpot_p50_ms=tpot_p50,
-                tpot_p99_ms=tpot_p99,
-                samples=int(_f(stats, "samples", 0)),
-                rtt_ms=_f(stats, "rtt_ms"),
-                errors=int(_f(stats, "errors", 0)),
-                inflight=max(inflight.get(pid, 0.0), 0.0),
-                ready_replicas=_f(replicas, "ready"),
-                target_replicas=_f(replicas, "target"),
-                endpoints=_endpoints(replicas.get("endpoints")),
-                drained=frozenset(k[len(_DRAINED) :] for k in replicas if k.startswith(_DRAINED)),
-                ejected=parse_ejections(ejections),
-                health=HealthRecord.from_fields(health),
-                usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
-                price_source=price.get("source", ""),
-                price_fetched_at_s=_f(price, "fetched_at_s", 0.0),
-                price_stale=price.get("stale") == "1",
-            )
-        return rows
+        return build_rows(ids, fold, slow, now_ms, replica_ttl_ms, exclude_replica,
+                          with_samples=with_samples)  # fmt: skip
 
     async def read_own_inflight(self, replica_id: str) -> dict[str, int]:
         """This replica's last flushed in-flight share (used to re-sync after a restart)."""
-        try:
-            return await self.inflight.own(replica_id, self.redis)
-        except RedisError as exc:
-            raise TableError(f"read failed: {exc}") from exc
+        fold = await self.fold()
+        share = fold.shares.get(replica_id)
+        return dict(share[1]) if share else {}
 
     # -- fleet, health and price writers --------------------------------------------------
     async def record_rtt(self, rtt_ms: Mapping[str, float]) -> None:
         """Record measured gateway-to-pool round-trip times (ms), one pipeline, as an
-        EWMA per pool. Additive like observations: each call is one more sample."""
-        pipe = self.redis.pipeline(transaction=False)
-        for pool_id, ms in rtt_ms.items():
-            await queue_script(pipe, self._rtt, [self._pool(pool_id, "stats")], [EWMA_ALPHA, ms])
-        try:
-            await _execute(pipe)
-        except RedisError as exc:
-            raise TableError(f"rtt write failed: {exc}") from exc
+        EWMA per pool. Additive like observations: each call is one more sample.
+        One stream entry. Raises TableError."""
+        if rtt_ms:
+            await self._add_obs(obs_codec.encode_rtt(int(time.time() * 1000), rtt_ms),
+                                "rtt write")  # fmt: skip
 
     async def set_replicas(
         self,
@@ -381,17 +363,16 @@ class LiveTables:
             raise TableError(f"write {key} failed: {exc}") from exc
 
     async def clear_pool(self, pool_id: str) -> None:
-        """Forget every live value of a pool (tests, and pools removed from the policy)."""
+        """Forget every live value of a pool (tests, and pools removed from the policy).
+        Raises TableError."""
         try:
             await self.redis.delete(
-                *(
-                    self._pool(pool_id, t)
-                    for t in ("stats", "ttft", "tpot", "replicas", "health", "ejections")
-                ),
+                *(self._pool(pool_id, t) for t in ("replicas", "health", "ejections")),
                 self._price(pool_id),
             )
         except RedisError as exc:
             raise TableError(f"clear failed: {exc}") from exc
+        await self._add_obs(obs_codec.encode_clear(int(time.time() * 1000), [pool_id]), "clear")
 
 
 async def _execute(pipe: AnyPipeline) -> list[Any]:
@@ -410,6 +391,65 @@ async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
         return await _execute(pipe)
     except RedisError as exc:
         raise TableError(f"{what}: {exc}") from exc
+
+
+def entries(reply: Any) -> list[tuple[str, bytes]]:
+    """``(id, value)`` of the observation entries in an XRANGE reply."""
+    out = []
+    for entry_id, fields in reply or ():
+        value = fields.get(b"b") if isinstance(fields, dict) else None
+        if value is not None:
+            out.append((_s(entry_id), value))
+    return out
+
+
+def build_rows(
+    ids: Sequence[str],
+    fold: ObservationFold,
+    slow: SlowRows,
+    now_ms: int,
+    replica_ttl_ms: int,
+    exclude_replica: str = "",
+    *,
+    with_samples: bool,
+) -> dict[str, PoolRow]:
+    """Rows for ``ids`` from the folded observations and the pools' hashes."""
+    inflight = fold.inflight(now_ms, replica_ttl_ms, exclude_replica)
+    empty: dict[str, str] = {}
+    rows: dict[str, PoolRow] = {}
+    for pid in ids:
+        replicas, health, price, ejections = slow.get(pid, (empty, empty, empty, empty))
+        est = fold.pools.get(pid)
+        if est is None:
+            est = obs_codec.PoolEstimates()
+        nan = float("nan")
+        ttft_p50, ttft_p99 = _percentiles(est.ttft_recent) if with_samples else (nan, nan)
+        tpot_p50, tpot_p99 = _percentiles(est.tpot_recent) if with_samples else (nan, nan)
+        rows[pid] = PoolRow(
+            ttft_ewma_ms=est.ttft_ms,
+            tpot_ewma_ms=est.tpot_ms,
+            ttft_at_s=est.ttft_at_ms / 1000.0,
+            tpot_at_s=est.tpot_at_ms / 1000.0,
+            ttft_p50_ms=ttft_p50,
+            ttft_p99_ms=ttft_p99,
+            tpot_p50_ms=tpot_p50,
+            tpot_p99_ms=tpot_p99,
+            samples=est.samples,
+            rtt_ms=est.rtt_ms,
+            errors=est.errors,
+            inflight=max(inflight.get(pid, 0.0), 0.0),
+            ready_replicas=_f(replicas, "ready"),
+            target_replicas=_f(replicas, "target"),
+            endpoints=_endpoints(replicas.get("endpoints")),
+            drained=frozenset(k[len(_DRAINED) :] for k in replicas if k.startswith(_DRAINED)),
+            ejected=parse_ejections(ejections),
+            health=HealthRecord.from_fields(health),
+            usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
+            price_source=price.get("source", ""),
+            price_fetched_at_s=_f(price, "fetched_at_s", 0.0),
+            price_stale=price.get("stale") == "1",
+        )
+    return rows
 
 
 def _s(value: bytes | str) -> str:

@@ -5,8 +5,10 @@
 
 Each simulated replica runs what a gateway replica sends to Redis, through the real
 ``live`` tables: an admission per request (a tenant with limits: one script each), the
-flush every 50 ms (in-flight share, EWMA observations, usage records and roll-ups) and the
-snapshot refresh every 100 ms (routing's read: no samples). The total request rate is
+flush every 50 ms (in-flight share and observations; usage records and roll-ups when due,
+every 1 s or 256 records: one pipeline)
+and the snapshot refresh every 100 ms (the gateway's ``TableReader``: the new observations,
+and the pool hashes once a second as no writer announces a change here). The total request rate is
 split evenly over the replicas, so what grows with their number is background work only.
 Redis commands are counted by INFO commandstats over every node (commands run inside
 Lua scripts included). Redis: ``SKYROUTE_REDIS_URL``, else an embedded one, or with
@@ -24,14 +26,18 @@ import secrets
 import time
 
 from base.auth_digest import digest_hex
+from gateway.settings import GatewaySettings
+from gateway.sync import USAGE_BATCH
 from live.access_table import AccessTables, KeyRecord, UsageRecord
 from live.redis_client import commands_run, connect
+from live.table_reader import TableReader
 from live.tables import LiveTables, PoolObservations
 from router.policy import TenantSpec
 from skyroute.embedded_redis import EmbeddedRedis, EmbeddedRedisCluster
 
 POOLS = [f"{p}:r{i}:bench" for p in ("aws", "gcp", "azure") for i in range(2)]
 FLUSH_S, REFRESH_S, TTL_MS = 0.05, 0.1, 3000
+USAGE_S = GatewaySettings.model_fields["usage_flush_interval_ms"].default / 1000
 
 
 async def _replica(
@@ -60,19 +66,28 @@ async def _replica(
             t += 1.0 / rate
 
     async def flush() -> None:
+        since: float | None = None
         while time.monotonic() < end:
             await asyncio.sleep(FLUSH_S)
-            batch, recs = dict(obs), list(records)
+            # The gateway's rule (gateway.sync): records go out in batches, at the
+            # latest USAGE_S after the first of them waited.
+            now = time.monotonic()
+            since = since if since is not None or not records else now
+            due = since is not None and (len(records) >= USAGE_BATCH or now - since >= USAGE_S)
+            batch, recs = dict(obs), list(records) if due else []
             obs.clear()
-            records.clear()
+            if due:
+                records.clear()
+                since = None
             await tables.flush(replica, now_ms=int(time.time() * 1000), inflight=dict(inflight),
                                inflight_ttl_ms=TTL_MS, observations=batch,
                                extra=functools.partial(access.add_usage, records=recs))  # fmt: skip
 
     async def refresh() -> None:
+        reader = TableReader(tables)
         while time.monotonic() < end:
             await asyncio.sleep(REFRESH_S)
-            await tables.read(POOLS, int(time.time() * 1000), TTL_MS, replica, with_samples=False)
+            await reader.read(POOLS, time.time(), time.monotonic(), TTL_MS, replica)
 
     await asyncio.gather(requests(), flush(), refresh())
     await tables.release(replica)

@@ -398,3 +398,16 @@ def test_admin_tenants_round_trip_and_can_be_deleted(live_redis: RedisTarget) ->
         return stored, deleted, await tables.tenant_overrides()
 
     assert run(live_redis, body) == ({"eu": spec}, True, {})
+
+
+def test_hours_rolled_up_in_the_older_field_layout_still_read(live_redis: RedisTarget) -> None:
+    async def body(tables: AccessTables, redis: Redis) -> dict[str, dict[str, int]]:
+        hour = tables._k("usage", TENANT, period_ids(NOW)[0])
+        await redis.hset(hour, mapping={"pool|p-old|requests": 2, "model|m|requests": 2,
+                                        "total|all|requests": 2})  # fmt: skip
+        await add(tables, redis, MIXED[:1])
+        return await tables.usage(TENANT, NOW - NOW % 3600, NOW - NOW % 3600 + 3600, "pool")
+
+    rolled = run(live_redis, body)
+    assert rolled["p-old"] == {"requests": 2}
+    assert rolled[MIXED[0].pool]["requests"] == 1
