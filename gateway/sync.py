@@ -151,6 +151,9 @@ class TableSync:
         20 (measured: about 10 ms/s less idle CPU)."""
         pending = self.state.take_pending()
         records = self.usage.take()
+        # Every journaled record before this position is in ``records`` (or was dropped).
+        journal = self.usage.journal
+        journaled = journal.position if journal is not None else 0
         demand = self.demand.take()
         inflight = dict(self.state.inflight)
         now = self.monotonic()
@@ -199,6 +202,8 @@ class TableSync:
             # that may have been applied is dropped rather than risk counting it twice.
             self.state.rollouts.lost(counts)
             raise
+        if records and journal is not None:
+            journal.flushed(journaled)
         self._flushed_inflight, self._flushed_at = inflight, now
 
     async def refresh(self) -> None:

@@ -2,12 +2,14 @@
 
 Records are kept until Redis has them: a flush that fails puts them back (up to a
 bound), and the last flush at shutdown writes what is left, so a restart loses none.
+A log with a ``journal`` (``gateway.usage_journal``) also appends each record to it, so
+that a process killed before its flush loses none either.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -16,15 +18,35 @@ logger = logging.getLogger(__name__)
 MAX_PENDING = 200_000
 
 
+class Journal(Protocol[T]):
+    """Where a log's records are also written as they are queued (crash safety)."""
+
+    @property
+    def position(self) -> int:
+        """Records appended so far."""
+        ...
+
+    def append(self, record: T) -> T:
+        """Journal one record; returns it as queued. Never raises."""
+        ...
+
+    def flushed(self, upto: int) -> None:
+        """The records appended before ``position`` was ``upto`` are in Redis."""
+        ...
+
+
 class UsageLog(Generic[T]):
     """The replica's unwritten records of one kind, oldest first."""
 
     def __init__(self) -> None:
         self._pending: list[T] = []
         self.dropped = 0
+        self.journal: Journal[T] | None = None
 
     def record(self, record: T) -> None:
-        """Queue one finished request."""
+        """Queue one finished request (and journal it, when there is a journal)."""
+        if self.journal is not None:
+            record = self.journal.append(record)
         self._pending.append(record)
         if len(self._pending) > MAX_PENDING:
             # Only during a long Redis outage: keep the newest, count what was lost.
