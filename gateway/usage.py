@@ -12,13 +12,14 @@ import logging
 from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
 
 logger = logging.getLogger(__name__)
 
 MAX_PENDING = 200_000
 
 
-class Journal(Protocol[T]):
+class Journal(Protocol[T_contra]):
     """Where a log's records are also written as they are queued (crash safety)."""
 
     @property
@@ -26,8 +27,8 @@ class Journal(Protocol[T]):
         """Records appended so far."""
         ...
 
-    def append(self, record: T) -> T:
-        """Journal one record; returns it as queued. Never raises."""
+    def append(self, record: T_contra) -> None:
+        """Journal one record. Never raises."""
         ...
 
     def flushed(self, upto: int) -> None:
@@ -46,7 +47,7 @@ class UsageLog(Generic[T]):
     def record(self, record: T) -> None:
         """Queue one finished request (and journal it, when there is a journal)."""
         if self.journal is not None:
-            record = self.journal.append(record)
+            self.journal.append(record)
         self._pending.append(record)
         if len(self._pending) > MAX_PENDING:
             # Only during a long Redis outage: keep the newest, count what was lost.

@@ -19,8 +19,9 @@ under an exclusive ``flock`` for the life of the process, made of JSON lines:
   dead: this replica before a restart, or a pod that came back under a new id), and
   returns their unflushed records to re-queue, once each (by ``uid``).
 
-Idempotency: every record carries a ``uid`` (journal epoch and seq, kept when replayed),
-which the ledger uses as its idempotency id (``store.usage_rows``). A process killed
+Idempotency: every record carries a ``uid`` (``gateway.finish`` draws it: a random epoch
+per process and a counter; kept when replayed), which the ledger uses as its idempotency
+id (``store.usage_rows``). A process killed
 after Redis took a batch and before its checkpoint replays that batch; the store counts
 it once. Redis's own counters (``usage:{tenant}:{hour}`` roll-ups, ``spend`` and the TPM
 bucket) count it twice: nothing reconciles roll-ups from the store, and the refill
@@ -40,7 +41,6 @@ import logging
 import os
 import secrets
 from collections import deque
-from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -100,7 +100,6 @@ class UsageJournal:
     def __init__(self, fd: int, path: Path) -> None:
         self.path = path
         self._fd = fd
-        self._epoch = secrets.token_hex(8)
         # Records appended so far: the seq of the next one.
         self.position = 0
         self._unflushed: deque[tuple[int, bytes]] = deque()
@@ -129,17 +128,13 @@ class UsageJournal:
         if self._torn:
             self._failed("write", None)
 
-    def append(self, record: UsageRecord) -> UsageRecord:
-        """Journal one record; returns it stamped with its ``uid`` (unchanged if it had
-        one). One write syscall; never raises."""
+    def append(self, record: UsageRecord) -> None:
+        """Journal one record: one write syscall (about 1 µs in all); never raises."""
         seq = self.position
         self.position = seq + 1
-        if not record.uid:
-            record = replace(record, uid=f"{self._epoch}.{seq:x}")
         line = encode(seq, record)
         self._unflushed.append((seq, line))
         self._write(line)
-        return record
 
     def flushed(self, upto: int) -> None:
         """Every record appended before ``position`` was ``upto`` is in Redis: forget

@@ -12,6 +12,7 @@ real gateway processes, a real Redis and the real SQLite store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
 import sqlite3
@@ -170,7 +171,8 @@ def test_sigkilled_gateways_lose_no_usage_record_and_double_none(
             stream = set(_stream_ids(client, prefix))
             return set(_store_ids(live[0])) == stream and served <= stream
 
-        wait_for(settled, "the store to hold every served record", timeout_s=30)
+        with contextlib.suppress(TimeoutError):  # the assertions below say what is wrong
+            wait_for(settled, "the store to hold every served record", timeout_s=30)
         stored = _store_ids(live[0])
         in_stream = _stream_ids(client, prefix)
     finally:
