@@ -33,6 +33,7 @@ from gateway.routes_rollouts import rollouts_router
 from gateway.routes_tenants import tenants_router
 from gateway.settings import GatewaySettings
 from gateway.tracing import Tracing
+from gateway.usage_journal import journal_dir, open_journal
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,17 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            # Before serving: what a killed process of this replica (or of another
+            # that shared the directory) served and did not flush goes out first.
+            directory = journal_dir(settings.usage_journal_dir, settings.redis_prefix)
+            gw.journal, replayed = open_journal(directory, settings.replica_id)
+        except OSError as exc:
+            logger.error("usage journal unavailable (%s); usage records kept in memory only",
+                         exc)  # fmt: skip
+        else:
+            gw.usage.give_back(replayed)
+            gw.usage.journal = gw.journal
         upstream = UpstreamClient()
         gw.forwarder = Forwarder(gw.state, upstream, gw.metrics, gw.usage, gw.demand)
         await gw.sync.first_refresh()
@@ -91,6 +103,8 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             # The last usage records and counters go out before the process does.
             with contextlib.suppress(TableError):
                 await gw.sync.flush_once(final=True)
+            if gw.journal is not None:
+                gw.journal.close()  # deleted if empty, else replayed at the next start
             await gw.sync.release()
             await gw.store.close()
             gw.tracing.shutdown()

@@ -19,6 +19,7 @@ from gateway.store_sync import StoreSync
 from gateway.sync import TableSync
 from gateway.tracing import Tracing
 from gateway.usage import UsageLog
+from gateway.usage_journal import UsageJournal
 from live.access_refill import AccessRefill
 from live.access_table import AccessTables, UsageRecord
 from live.demand_table import DemandRecord, DemandTables
@@ -51,6 +52,9 @@ class Gateway:
     store: Store
     store_sync: StoreSync
     forwarder: Forwarder | None = None
+    # Opened by the app's lifespan (gateway.usage_journal); None until then, or if the
+    # directory cannot be used.
+    journal: UsageJournal | None = None
     draining: bool = False
 
 

@@ -5,7 +5,9 @@ what makes the usage records reconcile with the metrics and the logs."""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -100,6 +102,10 @@ class RequestFinisher:
         self.decisions = decisions
         self.metrics = metrics
         self.rollouts = rollouts if rollouts is not None else RolloutCounts()
+        # Usage record uids: unique across processes and restarts (a random epoch per
+        # finisher, then a counter), the ledger's idempotency id (store.usage_rows).
+        self._uid_epoch = secrets.token_hex(8)
+        self._uids = itertools.count()
 
     def finish(
         self,
@@ -217,5 +223,6 @@ class RequestFinisher:
                 cost_nusd=round(cost_usd * NANO),
                 status=status,
                 est_tokens=ctx.est_tokens,
+                uid=f"{self._uid_epoch}.{next(self._uids):x}",
             )
         )

@@ -175,6 +175,11 @@ class GatewayMetrics:
             "Refills of Redis from the store by this replica (Redis had lost its data).",
             registry=r,
         )
+        self.usage_journal_errors = Counter(
+            "skyroute_usage_journal_errors",
+            "Failed writes to this replica's usage journal (records kept in memory only).",
+            registry=r,
+        )
         self._totals: dict[Counter, int] = {}
 
     def observe_finish(

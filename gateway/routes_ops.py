@@ -56,6 +56,8 @@ def ops_router(gw: Gateway) -> APIRouter:
         m.sync_total(m.ledger_records, store.consumer.written)
         m.sync_total(m.ledger_malformed, store.consumer.malformed)
         m.sync_total(m.redis_refills, store.restorer.restores)
+        if gw.journal is not None:
+            m.sync_total(m.usage_journal_errors, gw.journal.errors)
         for model, record in gw.state.rollout_records.items():
             for stage in Stage:
                 m.rollout_stage.labels(model, stage.value).set(

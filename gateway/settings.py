@@ -40,6 +40,11 @@ class GatewaySettings(BaseSettings):
     api_key: SecretStr | None = None
     admin_token: SecretStr | None = None
     replica_id: str = Field(default_factory=_default_replica_id)
+    # The usage journal's directory (gateway.usage_journal), one file per replica id
+    # under a subdirectory per redis_prefix: a restart under the same id, or another
+    # replica sharing the directory, replays what a killed process had not flushed.
+    # Unset: $XDG_DATA_HOME/skyroute/journal (~/.local/share/skyroute/journal).
+    usage_journal_dir: Path | None = None
     # Request body limit in bytes (413 above it).
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     # Request header limit in bytes (431 above it).

@@ -173,8 +173,12 @@ class TableSync:
         now = self.monotonic()
         records: list[UsageRecord] = []
         demand: list[DemandRecord] = []
+        journal = self.usage.journal
+        journaled = 0
         if self._records_due(now, final):
             records, demand = self.usage.take(), self.demand.take()
+            # Every journaled record before this position is in ``records`` (or was dropped).
+            journaled = journal.position if journal is not None else 0
             self._usage_since = None
         inflight = dict(self.state.inflight)
         # The replica set's clock is time.monotonic, whatever the skipping rule's is.
@@ -225,6 +229,8 @@ class TableSync:
             self.state.rollouts.lost(counts)
             raise
         self.reader.written(entry_id)
+        if records and journal is not None:
+            journal.flushed(journaled)
         self._flushed_inflight, self._flushed_at = inflight, now
 
     async def refresh(self) -> None:

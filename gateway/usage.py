@@ -2,18 +2,38 @@
 
 Records are kept until Redis has them: a flush that fails puts them back (up to a
 bound), and the last flush at shutdown writes what is left, so a restart loses none.
+A log with a ``journal`` (``gateway.usage_journal``) also appends each record to it, so
+that a process killed before its flush loses none either.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
 
 logger = logging.getLogger(__name__)
 
 MAX_PENDING = 200_000
+
+
+class Journal(Protocol[T_contra]):
+    """Where a log's records are also written as they are queued (crash safety)."""
+
+    @property
+    def position(self) -> int:
+        """Records appended so far."""
+        ...
+
+    def append(self, record: T_contra) -> None:
+        """Journal one record. Never raises."""
+        ...
+
+    def flushed(self, upto: int) -> None:
+        """The records appended before ``position`` was ``upto`` are in Redis."""
+        ...
 
 
 class UsageLog(Generic[T]):
@@ -22,9 +42,12 @@ class UsageLog(Generic[T]):
     def __init__(self) -> None:
         self._pending: list[T] = []
         self.dropped = 0
+        self.journal: Journal[T] | None = None
 
     def record(self, record: T) -> None:
-        """Queue one finished request."""
+        """Queue one finished request (and journal it, when there is a journal)."""
+        if self.journal is not None:
+            self.journal.append(record)
         self._pending.append(record)
         if len(self._pending) > MAX_PENDING:
             # Only during a long Redis outage: keep the newest, count what was lost.

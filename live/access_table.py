@@ -82,7 +82,10 @@ class KeyRecord:
 @dataclass(frozen=True)
 class UsageRecord:
     """One finished request. ``cost_nusd`` is USD × 1e9; ``est_tokens`` is what admission
-    charged to the TPM bucket (corrected to the real count when recorded)."""
+    charged to the TPM bucket (corrected to the real count when recorded); ``uid`` is
+    unique per record across processes and restarts (stamped by the gateway's usage
+    journal; empty if none), and the ledger's idempotency id when set, so a record
+    written to the stream twice (replayed after a crash) is stored once."""
 
     ts_s: float
     request_id: str
@@ -96,6 +99,7 @@ class UsageRecord:
     cost_nusd: int
     status: str
     est_tokens: int = 0
+    uid: str = ""
 
 
 def period_ids(now_s: float) -> tuple[str, str, str]:

@@ -23,7 +23,7 @@ RECORDS_FIELD = "records"
 # a single-record entry. Appending a name is compatible; reordering is not.
 FIELDS = (
     "ts", "id", "tenant", "model", "pool", "provider", "region",
-    "prompt_tokens", "completion_tokens", "cost_nusd", "status",
+    "prompt_tokens", "completion_tokens", "cost_nusd", "status", "uid",
 )  # fmt: skip
 
 
@@ -31,7 +31,7 @@ def encode(records: Iterable[UsageRecord]) -> dict[str, str]:
     """The fields of one stream entry holding ``records`` (in order)."""
     rows = [
         [f"{r.ts_s:.3f}", r.request_id, r.tenant, r.model, r.pool, r.provider, r.region,
-         r.prompt_tokens, r.completion_tokens, r.cost_nusd, r.status]
+         r.prompt_tokens, r.completion_tokens, r.cost_nusd, r.status, r.uid]
         for r in records
     ]  # fmt: skip
     return {RECORDS_FIELD: json.dumps(rows, separators=(",", ":"))}

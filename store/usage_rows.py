@@ -28,12 +28,21 @@ class Batch:
     entry_ids: list[str] = field(default_factory=list)
 
 
-def idempotency_id(entry_id: str, request_id: str, index: int | None = None) -> str:
-    """The ledger's unique id of one record: the stream entry id, which one XADD makes
+def idempotency_id(entry_id: str, request_id: str, index: int | None = None, uid: str = "") -> str:
+    """The ledger's unique id of one record.
+
+    With a ``uid`` (the gateway's usage journal stamps every record with one, unique
+    across processes and restarts): ``u/{uid}``, whatever entry holds the record, so a
+    record a restarted gateway wrote again (it died after its flush reached Redis and
+    before its journal said so) is stored once.
+
+    Without (records of older gateways): the stream entry id, which one XADD makes
     unique, then the record's place in the entry (``index``; None for an entry of the
     older one-record layout), joined with the request id, because a Redis that restarted
     empty (or failed over to a replica with a slower clock) may hand out an entry id
     again. The place keeps two records apart when clients sent the same request id."""
+    if uid:
+        return f"u/{uid}"
     if index is None:
         return f"{entry_id}/{request_id}"
     return f"{entry_id}/{index}/{request_id}"
@@ -48,7 +57,7 @@ def _row(entry_id: str, index: int | None, fields: Mapping[str, str]) -> LedgerR
         raise ValueError("negative or non-finite number")
     request_id = fields.get("id", "")[:128]
     return LedgerRow(
-        idempotency_id=idempotency_id(entry_id, request_id, index),
+        idempotency_id=idempotency_id(entry_id, request_id, index, fields.get("uid", "")[:128]),
         request_id=request_id,
         tenant=fields["tenant"][:128],
         model=fields.get("model", "")[:256],

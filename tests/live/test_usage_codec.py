@@ -13,7 +13,7 @@ def record(n: int, request_id: str = "") -> UsageRecord:
         ts_s=1_764_000_000.25 + n, request_id=request_id or f"req-{n}", tenant="acme",
         model="llama", pool="aws:us-east-1:h100", provider="aws", region="us-east-1",
         prompt_tokens=10 + n, completion_tokens=n, cost_nusd=1_000 * n, status="ok",
-        est_tokens=99,
+        est_tokens=99, uid=f"e.{n:x}",
     )  # fmt: skip
 
 
@@ -26,6 +26,7 @@ def test_a_flush_round_trips_every_field_in_order() -> None:
         "ts": "1764000001.250", "id": "req-1", "tenant": "acme", "model": "llama",
         "pool": "aws:us-east-1:h100", "provider": "aws", "region": "us-east-1",
         "prompt_tokens": "11", "completion_tokens": "1", "cost_nusd": "1000", "status": "ok",
+        "uid": "e.1",
     }  # fmt: skip
 
 

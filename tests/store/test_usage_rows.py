@@ -24,6 +24,15 @@ def test_a_repeated_entry_is_one_row_but_acknowledged_twice() -> None:
     assert batch.entry_ids == ["1-0", "1-0", "2-0"]
 
 
+def test_a_record_with_a_uid_has_one_idempotency_id_whatever_entry_holds_it() -> None:
+    # A gateway replaying its journal writes a record again in a new entry.
+    first = to_batch([("1-0", {**FIELDS, "uid": "e1.7"})]).rows
+    again = to_batch([("9-0", {**FIELDS, "uid": "e1.7"})]).rows
+    other = to_batch([("9-0", {**FIELDS, "uid": "e1.8"})]).rows
+    assert [r.idempotency_id for r in first] == [r.idempotency_id for r in again] == ["u/e1.7"]
+    assert [r.idempotency_id for r in other] == ["u/e1.8"]
+
+
 def test_malformed_entries_are_set_apart() -> None:
     bad = [
         ("1-0", {**FIELDS, "cost_nusd": "-1"}),
