@@ -176,7 +176,7 @@ class GatewayMetrics:
             registry=r,
         )
         self.usage_journal_errors = Counter(
-            "skyroute_usage_journal_errors",
+            "skyroute_journal_write_errors",
             "Failed writes to this replica's usage journal (records kept in memory only).",
             registry=r,
         )

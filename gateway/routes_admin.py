@@ -207,7 +207,7 @@ def admin_router(gw: Gateway) -> APIRouter:
         authorize(request)
         known_pool(pool_id)
         await gw.health.apply(pool_id, HealthEvent.DRAIN, "drained by operator")
-        await gw.sync.refresh_once()  # this replica stops routing to it before we answer
+        await gw.sync.refresh_now()  # this replica stops routing to it before we answer
         deadline = (
             deadline_s if deadline_s is not None else gw.state.policy.policy.health.drain_deadline_s
         )
@@ -239,7 +239,7 @@ def admin_router(gw: Gateway) -> APIRouter:
         authorize(request)
         known_pool(pool_id)
         record = await gw.health.apply(pool_id, HealthEvent.UNCORDON, "uncordoned by operator")
-        await gw.sync.refresh_once()
+        await gw.sync.refresh_now()
         state = record.state.value if record else (await gw.tables.read_health(pool_id)).state.value
         return Response(
             orjson.dumps({"pool": pool_id, "state": state}), media_type="application/json"

@@ -67,7 +67,7 @@ def replicas_router(gw: Gateway) -> APIRouter:
         pool, i = find(request, pool_id, address)
         base = pool.replicas[i].address
         await gw.tables.set_replica_drained(pool_id, base, True)
-        await gw.sync.refresh_once()  # this replica stops choosing it before we answer
+        await gw.sync.refresh_now()  # this replica stops choosing it before we answer
         health = gw.state.policy.policy.health
         limit = deadline_s if deadline_s is not None else health.drain_deadline_s
         started = time.monotonic()
@@ -91,7 +91,7 @@ def replicas_router(gw: Gateway) -> APIRouter:
         """Let a drained replica take requests again, on every gateway. Idempotent."""
         pool, i = find(request, pool_id, address)
         await gw.tables.set_replica_drained(pool_id, pool.replicas[i].address, False)
-        await gw.sync.refresh_once()
+        await gw.sync.refresh_now()
         state = pool.state_of(i, time.monotonic())
         body = {"pool": pool_id, "address": pool.replicas[i].address, "state": state}
         return Response(orjson.dumps(body), media_type="application/json")

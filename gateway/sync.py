@@ -132,6 +132,13 @@ class TableSync:
         else:
             self._mark(True, "first refresh")
 
+    async def refresh_now(self) -> None:
+        """Read everything into a new snapshot at once, the pools' hashes included: for
+        an admin route that just wrote one and answers once this replica follows it.
+        Raises TableError."""
+        self.reader.changed()
+        await self.refresh_once()
+
     async def refresh_once(self) -> None:
         """Read the tables into a new snapshot. Raises TableError."""
         now, mono = time.time(), self.monotonic()

@@ -36,6 +36,7 @@ DECLARED: dict[str, tuple[str, frozenset[str]]] = {
         ("skyroute_snapshot_age_seconds", "gauge", ()),
         ("skyroute_redis_up", "gauge", ()),
         ("skyroute_redis_errors_total", "counter", ()),
+        ("skyroute_journal_write_errors_total", "counter", ()),
         ("skyroute_pool_transitions_total", "counter", ("pool", "from_state", "to_state")),
         ("skyroute_pool_state", "gauge", ("pool", "state")),
         ("skyroute_pool_needs_replacement", "gauge", ("pool",)),
