@@ -91,3 +91,36 @@ def client(gateway: Gateway) -> Iterator[openai.OpenAI]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture(scope="module")
+def module_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """One fleet for a whole file of tests that change nothing in it (no engine killed,
+    no policy rewritten): starting a fleet and a gateway per test cost ~6 s each."""
+    f = start_fleet(tmp_path_factory.mktemp("fleet"))
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+@pytest.fixture(scope="module")
+def module_gateway(module_fleet: Fleet, redis_url: str) -> Iterator[Gateway]:
+    """One gateway replica in front of ``module_fleet`` for a whole file."""
+    gw = Gateway(module_fleet.policy_path, redis_url, unique_prefix()).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def module_client(module_gateway: Gateway) -> Iterator[openai.OpenAI]:
+    """The official openai client pointed at ``module_gateway``."""
+    c = openai.OpenAI(
+        base_url=f"{module_gateway.base}/v1", api_key=API_KEY, max_retries=0, timeout=30
+    )
+    try:
+        yield c
+    finally:
+        c.close()

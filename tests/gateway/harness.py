@@ -121,6 +121,9 @@ class Gateway:
             "SKYROUTE_API_KEY": API_KEY,
             "SKYROUTE_ADMIN_TOKEN": ADMIN_TOKEN,
             "SKYROUTE_POLICY_POLL_S": "0.2",
+            # No endpoint controller to wait for here: a test that means to see the
+            # SIGTERM drain delay sets it (extra_env).
+            "SKYROUTE_DRAIN_DELAY_S": "0",
             # One store per Redis prefix, as one store per deployment: replicas of a test
             # share it, tests do not.
             "SKYROUTE_DATABASE_URL": f"sqlite+aiosqlite:///{self.store_path}",

@@ -24,51 +24,61 @@ def _assert_openai_error(
     return error  # type: ignore[no-any-return]
 
 
-def test_missing_key_is_401(gateway: Gateway) -> None:
-    resp = httpx.post(f"{gateway.base}/v1/chat/completions", json={"model": CHAT, "messages": []})
+def test_missing_key_is_401(module_gateway: Gateway) -> None:
+    resp = httpx.post(
+        f"{module_gateway.base}/v1/chat/completions", json={"model": CHAT, "messages": []}
+    )
     _assert_openai_error(resp, 401, "invalid_api_key")
 
 
-def test_wrong_key_is_401_through_the_openai_client(gateway: Gateway) -> None:
+def test_wrong_key_is_401_through_the_openai_client(module_gateway: Gateway) -> None:
     client = openai.OpenAI(
-        base_url=f"{gateway.base}/v1", api_key="sk-wrong-key-000000", max_retries=0
+        base_url=f"{module_gateway.base}/v1", api_key="sk-wrong-key-000000", max_retries=0
     )
     with client, pytest.raises(openai.AuthenticationError):
         client.models.list()
 
 
-def test_malformed_json_is_400(gateway: Gateway) -> None:
-    resp = httpx.post(f"{gateway.base}/v1/chat/completions", content=b"{not json", headers=AUTH)
+def test_malformed_json_is_400(module_gateway: Gateway) -> None:
+    resp = httpx.post(
+        f"{module_gateway.base}/v1/chat/completions", content=b"{not json", headers=AUTH
+    )
     _assert_openai_error(resp, 400)
 
 
-def test_missing_messages_is_400_naming_the_field(gateway: Gateway) -> None:
-    resp = httpx.post(f"{gateway.base}/v1/chat/completions", json={"model": CHAT}, headers=AUTH)
+def test_missing_messages_is_400_naming_the_field(module_gateway: Gateway) -> None:
+    resp = httpx.post(
+        f"{module_gateway.base}/v1/chat/completions", json={"model": CHAT}, headers=AUTH
+    )
     assert _assert_openai_error(resp, 400)["param"] == "messages"
 
 
-def test_unknown_model_is_404_model_not_found(client: openai.OpenAI) -> None:
+def test_unknown_model_is_404_model_not_found(module_client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as info:
-        client.chat.completions.create(
+        module_client.chat.completions.create(
             model="no-such-model", messages=[{"role": "user", "content": "x"}]
         )
     assert isinstance(info.value.body, dict) and info.value.body["code"] == "model_not_found"
 
 
-def test_oversized_body_is_413(gateway: Gateway) -> None:
+def test_oversized_body_is_413(module_gateway: Gateway) -> None:
     big = {"model": CHAT, "messages": [{"role": "user", "content": "x" * (5 * 1024 * 1024)}]}
-    resp = httpx.post(f"{gateway.base}/v1/chat/completions", json=big, headers=AUTH, timeout=30)
+    resp = httpx.post(
+        f"{module_gateway.base}/v1/chat/completions", json=big, headers=AUTH, timeout=30
+    )
     _assert_openai_error(resp, 413, "payload_too_large")
 
 
-def test_unknown_slo_class_is_400(gateway: Gateway) -> None:
+def test_unknown_slo_class_is_400(module_gateway: Gateway) -> None:
     body = {"model": CHAT, "messages": [{"role": "user", "content": "x"}]}
     resp = httpx.post(
-        f"{gateway.base}/v1/chat/completions", json=body, headers={**AUTH, "x-skyroute-slo": "nope"}
+        f"{module_gateway.base}/v1/chat/completions",
+        json=body,
+        headers={**AUTH, "x-skyroute-slo": "nope"},
     )
     _assert_openai_error(resp, 400)
 
 
-def test_unknown_path_is_openai_shaped_404(gateway: Gateway) -> None:
-    resp = httpx.get(f"{gateway.base}/v1/nothing-here", headers=AUTH)
+def test_unknown_path_is_openai_shaped_404(module_gateway: Gateway) -> None:
+    resp = httpx.get(f"{module_gateway.base}/v1/nothing-here", headers=AUTH)
     _assert_openai_error(resp, 404)

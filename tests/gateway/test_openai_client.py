@@ -17,8 +17,8 @@ HEADERS = (
 MESSAGES = [{"role": "user", "content": "Say hello to the multi-cloud fleet."}]
 
 
-def test_chat_completion_is_routed_with_skyroute_headers(client: openai.OpenAI) -> None:
-    raw = client.chat.completions.with_raw_response.create(
+def test_chat_completion_is_routed_with_skyroute_headers(module_client: openai.OpenAI) -> None:
+    raw = module_client.chat.completions.with_raw_response.create(
         model=CHAT, messages=MESSAGES, max_tokens=4
     )  # type: ignore[arg-type]
     completion = raw.parse()
@@ -30,8 +30,8 @@ def test_chat_completion_is_routed_with_skyroute_headers(client: openai.OpenAI) 
     assert float(raw.headers["x-skyroute-cost-usd"]) > 0
 
 
-def test_streaming_chat_completion_yields_every_token(client: openai.OpenAI) -> None:
-    with client.chat.completions.with_streaming_response.create(
+def test_streaming_chat_completion_yields_every_token(module_client: openai.OpenAI) -> None:
+    with module_client.chat.completions.with_streaming_response.create(
         model=CHAT,
         messages=MESSAGES,
         max_tokens=5,
@@ -44,37 +44,39 @@ def test_streaming_chat_completion_yields_every_token(client: openai.OpenAI) -> 
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
-def test_text_completion_is_routed(client: openai.OpenAI) -> None:
-    raw = client.completions.with_raw_response.create(
+def test_text_completion_is_routed(module_client: openai.OpenAI) -> None:
+    raw = module_client.completions.with_raw_response.create(
         model=CHAT, prompt="Once upon a time", max_tokens=3
     )
     assert raw.parse().choices[0].text
     assert raw.headers["x-skyroute-provider"] in {"aws", "gcp", "azure"}
 
 
-def test_embeddings_are_routed_to_the_embedding_pool(client: openai.OpenAI) -> None:
-    raw = client.embeddings.with_raw_response.create(model=EMBED, input=["a", "b", "c"])
+def test_embeddings_are_routed_to_the_embedding_pool(module_client: openai.OpenAI) -> None:
+    raw = module_client.embeddings.with_raw_response.create(model=EMBED, input=["a", "b", "c"])
     assert len(raw.parse().data) == 3
     assert raw.headers["x-skyroute-pool"] == "aws:us-east-1:embed"
 
 
-def test_models_list_names_every_policy_model(client: openai.OpenAI) -> None:
-    assert {m.id for m in client.models.list()} == {CHAT, EMBED}
+def test_models_list_names_every_policy_model(module_client: openai.OpenAI) -> None:
+    assert {m.id for m in module_client.models.list()} == {CHAT, EMBED}
 
 
-def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_404(client: openai.OpenAI) -> None:
-    assert client.models.retrieve(CHAT).id == CHAT
+def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_404(
+    module_client: openai.OpenAI,
+) -> None:
+    assert module_client.models.retrieve(CHAT).id == CHAT
     with pytest.raises(openai.NotFoundError) as info:
-        client.models.retrieve("gpt-9")
+        module_client.models.retrieve("gpt-9")
     assert info.value.body["code"] == "model_not_found"  # type: ignore[index]
 
 
-def test_the_answer_names_the_model_the_client_asked_for(client: openai.OpenAI) -> None:
-    reply = client.chat.completions.create(
+def test_the_answer_names_the_model_the_client_asked_for(module_client: openai.OpenAI) -> None:
+    reply = module_client.chat.completions.create(
         model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=2
     )
     assert reply.model == CHAT  # the engine serves it as its upstream name
-    chunks = list(client.chat.completions.create(
+    chunks = list(module_client.chat.completions.create(
         model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=True
     ))  # fmt: skip
     assert chunks and {c.model for c in chunks} == {CHAT}

@@ -49,7 +49,7 @@ def test_quick_benchmark_runs_without_errors(tmp_path: Path) -> None:
 
 
 def test_quick_benchmark_with_tracing_exports_spans_to_its_sink(tmp_path: Path) -> None:
-    data = run_quick(tmp_path, "--tracing")
+    data = run_quick(tmp_path, "--tracing", "--duration", "1")
     assert all(r["errors"] == 0 for r in data["results"])
     tracing = data["tracing"]
     assert tracing["requests"] > 0

@@ -72,7 +72,7 @@ def locust(host: str, *args: str, timeout_s: float = 120) -> subprocess.Complete
 
 
 def test_locust_smoke_against_the_demo_passes_and_prints_the_summary(demo: Demo) -> None:
-    run = locust(demo.url, "-u", "6", "-r", "6", "-t", "20s", "--slo-threshold", "0.5")
+    run = locust(demo.url, "-u", "6", "-r", "6", "-t", "12s", "--slo-threshold", "0.5")
     out = run.stdout
     assert run.returncode == 0, f"stdout:\n{out}\nstderr:\n{run.stderr[-3000:]}"
     assert "=== skyroute load test summary ===" in out
