@@ -45,62 +45,21 @@ from router.replica_choice import (  # noqa: E402
 )
 from router.scoring import RouteRequest, rank  # noqa: E402
 from router.snapshot import Snapshot  # noqa: E402
-from simulator.inpool import POLICIES, InPoolResult, InPoolSetup, simulate_in_pool  # noqa: E402
-from simulator.prefix_trace import PrefixTrace, read_prefix_jsonl  # noqa: E402
-from simulator.spec import FleetSpec, auto_scale  # noqa: E402
+from simulator.prefix_trace import read_prefix_jsonl  # noqa: E402
 from skyroute.demo import demo_policy_path  # noqa: E402
+from skyroute.simulate_inpool import in_pool_table  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
-
-
-def _fleet(
-    trace_path: Path, requests: int | None, model: str
-) -> tuple[PrefixTrace, InPoolSetup, float]:
-    trace = read_prefix_jsonl(trace_path)
-    if requests is not None:
-        trace = trace.head(requests)
-    policy = parse_policy(demo_policy_path().read_text(), str(demo_policy_path()))
-    duration = max(trace.trace.duration_s, 1e-9)
-    scale = auto_scale(
-        policy,
-        float(trace.output_tokens.sum()) / duration,
-        mean_prompt_tokens_per_s=float(trace.prompt_tokens.sum()) / duration,
-        model=model,
-    )
-    spec = FleetSpec.build(policy, model=model, scale=scale)
-    return trace, InPoolSetup.from_fleet(spec), scale
-
-
-def _row(r: InPoolResult) -> dict[str, float | str]:
-    return {
-        "policy": r.policy,
-        "hit_rate": round(r.hit_rate, 4),
-        "ttft_p50_ms": round(r.ttft_ms(50), 1),
-        "ttft_p99_ms": round(r.ttft_ms(99), 1),
-        "slo_attainment": round(r.slo_attainment, 4),
-        "cost_usd": round(r.cost_usd, 4),
-        "imbalance": round(r.imbalance, 3),
-    }
 
 
 def simulate(
     trace_path: Path, requests: int | None, model: str, seed: int
 ) -> list[dict[str, float | str]]:
-    trace, setup, scale = _fleet(trace_path, requests, model)
-    print(f"trace {trace_path.name}: {len(trace)} requests over {trace.trace.duration_s:.0f} s "
-          f"(timestamps read as {trace.trace.time_unit}), fleet scale {scale:g}")  # fmt: skip
-    for p in setup.pools:
-        print(f"  {p.id:<36} {p.replicas} replicas x {p.profile.batch_slots} slots, "
-              f"{p.kv_blocks} blocks cached, ${p.usd_per_replica_hour:.2f}/h each")  # fmt: skip
-    rows = []
-    print(f"{'policy':<16} {'hit rate':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'SLO met':>8} "
-          f"{'cost $':>7} {'imbal.':>7}")  # fmt: skip
-    for policy in POLICIES:
-        row = _row(simulate_in_pool(trace, setup, policy, seed))
-        rows.append(row)
-        print(f"{row['policy']:<16} {row['hit_rate']:>8.3f} {row['ttft_p50_ms']:>9.0f} "
-              f"{row['ttft_p99_ms']:>9.0f} {row['slo_attainment']:>8.3f} "
-              f"{row['cost_usd']:>7.2f} {row['imbalance']:>7.2f}")  # fmt: skip
+    trace = read_prefix_jsonl(trace_path)
+    if requests is not None:
+        trace = trace.head(requests)
+    policy = parse_policy(demo_policy_path().read_text(), str(demo_policy_path()))
+    rows = in_pool_table(trace, policy, model, seed, trace_path.name)
     by = {str(r["policy"]): r for r in rows}
     aff, ideal, lq = by["prefix-affinity"], by["ideal-cache"], by["least-queue"]
     share = float(aff["hit_rate"]) / float(ideal["hit_rate"]) if ideal["hit_rate"] else 0.0

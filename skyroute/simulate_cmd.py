@@ -176,6 +176,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="instead: replay the trace through a rollout (a plan YAML, or 'default') of a "
         "new version made worse by --canary-tpot/--canary-errors; print what it served",
     )
+    p.add_argument(
+        "--in-pool",
+        action="store_true",
+        help="instead: replay a trace with prompt block ids (Mooncake JSONL, hash_ids) through "
+        "each replica choice inside the pools of --model (random, least-queue, least-wait, "
+        "prefix affinity with bounded load, ideal cache); print hit rate, TTFT, SLO, cost",
+    )
     p.add_argument("--canary-tpot", type=float, default=1.0, help="new version's TPOT factor")
     p.add_argument(
         "--canary-errors", type=float, default=0.0, help="share of its requests failing (0-1)"
@@ -190,6 +197,10 @@ def run(args: argparse.Namespace) -> int:
     from skyroute.demo import demo_policy_path  # noqa: PLC0415 - pulls in the gateway
 
     policy = load_policy(Path(args.policy) if args.policy else demo_policy_path())
+    if args.in_pool:
+        from skyroute.simulate_inpool import run_in_pool  # noqa: PLC0415
+
+        return run_in_pool(args, policy)
     trace = read_trace(args.trace, args.time_unit).head(args.max_requests).sped_up(args.speedup)
     trace = variant(trace, args.variant)
     if args.rollout:

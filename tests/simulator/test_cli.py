@@ -10,7 +10,9 @@ import pytest
 
 from simulator.errors import SimulationError
 from skyroute.simulate_cmd import parse_weights, register
-from tests.simulator.conftest import AZURE_HEAD, simulate_cli
+from tests.simulator.conftest import AZURE_HEAD, DATA, simulate_cli
+
+MOONCAKE_HASH = DATA / "mooncake_hash_first300.jsonl"
 
 
 def test_simulate_prints_the_table_and_writes_the_result(tmp_path, capsys) -> None:
@@ -97,3 +99,33 @@ def test_the_valid_bound_is_under_the_achievable_reference_on_a_variant(tmp_path
     assert len(ref["candidates"]) == 15
     assert ref["best"] is not None
     assert 0 < doc["relaxation_bound"]["total_usd"] <= ref["best"]["usd"]
+
+
+def test_simulate_in_pool_compares_the_replica_choices_on_a_block_id_trace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(
+        ["simulate", "--in-pool", "--trace", str(MOONCAKE_HASH), "--model", "llama-3.1-70b"]
+    )
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "(timestamps read as ms)" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:] if line[:1].isalpha()}
+    for choice in ("random", "least-queue", "least-wait", "prefix-affinity", "ideal-cache"):
+        assert choice in rows, out
+    # The ideal cache bounds every real choice's hit rate; affinity beats ignoring prefixes.
+    hit = {name: float(rows[name][1]) for name in rows if name != "policy"}
+    assert max(hit.values()) == hit["ideal-cache"]
+    assert hit["prefix-affinity"] > hit["least-queue"]
+
+
+def test_simulate_in_pool_refuses_a_trace_without_block_ids(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"timestamp": 1000, "input_length": 9, "output_length": 1}\n')
+    args = parser.parse_args(["simulate", "--in-pool", "--trace", str(plain)])
+    with pytest.raises(SimulationError, match="hash_ids"):
+        args.func(args)
