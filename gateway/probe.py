@@ -2,7 +2,8 @@
 
 A pool passes a probe when at least half of its endpoints answer below 500 within the
 timeout. The round trip of the answering endpoints is the gateway-to-pool RTT, recorded
-in the live tables (``pool:{id}:stats`` ``rtt_ms``). Off the request path.
+in the live tables (an observations-stream entry, folded into ``rtt_ms``). Off the
+request path.
 """
 
 from __future__ import annotations
