@@ -216,7 +216,6 @@ class TableSync:
                 self.replica_id,
                 now_ms=int(time.time() * 1000),
                 inflight=inflight,
-                inflight_ttl_ms=self.replica_ttl_ms,
                 observations=pending,
                 extra=extra if records or demand or ejections or counts else None,
             )

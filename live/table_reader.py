@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from live.observations import ObservationFold, stream_went_back
-from live.tables import LiveTables, SlowRows, build_rows, entries, run_pipeline
+from live.pool_rows import SlowRows, build_rows, entries
+from live.tables import LiveTables, run_pipeline
 from router.snapshot import PoolRow
 
 

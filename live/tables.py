@@ -23,13 +23,11 @@ events channel, which is what lets a gateway read them only when told (``TableRe
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import orjson
 from redis.exceptions import RedisError
 
@@ -38,18 +36,17 @@ from live import observations as obs_codec
 from live import table_scripts
 from live.keyspace import tagged
 from live.observations import ObservationFold, PoolObservations
+from live.pool_rows import DRAINED, SlowRows, build_rows, decode_hash, entries, text
 from live.redis_client import AnyPipeline, RedisClient
-from live.replica_health import ReplicaEjection, parse_ejections
+from live.replica_health import ReplicaEjection
 from router.health import HealthRecord
 from router.snapshot import PoolRow
 
-__all__ = ["LiveTables", "PoolObservations", "PriceEntry", "SlowRows", "build_rows", "entries"]
+__all__ = ["LiveTables", "PoolObservations", "PriceEntry", "run_pipeline"]
 
 # Entries the observations stream keeps (approximately): at 16 gateway replicas flushing
 # 20 times a second, about a minute; readers normally start from a checkpoint seconds old.
 OBS_STREAM_MAXLEN = 20_000
-
-SlowRows = dict[str, tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -68,43 +65,6 @@ class PriceEntry:
     usd_per_hour: float | None = None
     instance_type: str = ""
     purchase: str = ""
-
-
-def _f(raw: Mapping[str, str], key: str, default: float = float("nan")) -> float:
-    value = raw.get(key)
-    if value is None:
-        return default
-    try:
-        out = float(value)
-    except ValueError:
-        return default
-    return out if math.isfinite(out) else default
-
-
-# Field prefix in pool:{id}:replicas: one ``drain:<base URL>`` field per drained replica,
-# so draining and uncordoning are single HSET/HDEL calls, atomic without a script.
-_DRAINED = "drain:"
-
-
-def _endpoints(raw: str | None) -> tuple[str, ...]:
-    """Published replica URLs; a malformed value counts as none published."""
-    if not raw:
-        return ()
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return ()
-    if not isinstance(value, list):
-        return ()
-    return tuple(v for v in value if isinstance(v, str) and v.startswith(("http://", "https://")))
-
-
-def _percentiles(samples: Iterable[float]) -> tuple[float, float]:
-    values = np.fromiter(samples, dtype=np.float64)
-    if not values.size:
-        return float("nan"), float("nan")
-    p50, p99 = np.percentile(values, [50, 99])
-    return float(p50), float(p99)
 
 
 class LiveTables:
@@ -142,7 +102,6 @@ class LiveTables:
         *,
         now_ms: int,
         inflight: Mapping[str, int],
-        inflight_ttl_ms: int,
         observations: Mapping[str, PoolObservations],
         extra: Callable[[AnyPipeline], None] | None = None,
     ) -> str:
@@ -151,11 +110,10 @@ class LiveTables:
         on the same pipeline (usage records). Returns the entry's stream id.
 
         ``inflight`` holds absolute counts (requests) and is the replica's heartbeat at
-        ``now_ms``: readers drop a share ``inflight_ttl_ms`` older than their clock, so a
-        repeated flush is harmless. Observations are additive: flushing the same batch
+        ``now_ms``: readers drop a share older than their replica TTL, so a repeated
+        flush is harmless. Observations are additive: flushing the same batch
         twice counts it twice. Raises TableError.
         """
-        del inflight_ttl_ms  # readers apply the TTL to the heartbeat written here
         pipe = self.redis.pipeline(transaction=False)
         value = obs_codec.encode_flush(replica_id, now_ms, inflight, observations)
         self._queue_obs(pipe, value)
@@ -165,18 +123,15 @@ class LiveTables:
             results = await _execute(pipe)
         except RedisError as exc:
             raise TableError(f"flush failed: {exc}") from exc
-        return _s(results[0])
+        return text(results[0])
 
     def _queue_obs(self, pipe: AnyPipeline, value: bytes) -> None:
         pipe.xadd(self.obs_stream, {"b": value}, maxlen=OBS_STREAM_MAXLEN, approximate=True)
 
     async def _add_obs(self, value: bytes, what: str) -> None:
-        try:
-            await self.redis.xadd(
-                self.obs_stream, {"b": value}, maxlen=OBS_STREAM_MAXLEN, approximate=True
-            )
-        except RedisError as exc:
-            raise TableError(f"{what} failed: {exc}") from exc
+        pipe = self.redis.pipeline(transaction=False)
+        self._queue_obs(pipe, value)
+        await run_pipeline(pipe, f"{what} failed")
 
     async def release(self, replica_id: str) -> None:
         """Remove this replica's in-flight share at once (graceful shutdown). Idempotent."""
@@ -198,26 +153,32 @@ class LiveTables:
         """The replies of ``queue_slow`` per pool id."""
         out: SlowRows = {}
         for n, pid in enumerate(pool_ids):
-            r, h, p, e = (_decode(x) for x in replies[4 * n : 4 * n + 4])
+            r, h, p, e = (decode_hash(x) for x in replies[4 * n : 4 * n + 4])
             out[pid] = (r, h, p, e)
         return out
 
     def queue_tail(self, pipe: AnyPipeline, after_id: str) -> None:
         """Queue the read of every observation entry after ``after_id``."""
-        pipe.xrange(self.obs_stream, min="(" + after_id if after_id != "0-0" else "-")
+        pipe.xrange(self.obs_stream, min=_after(after_id))
+
+    async def _fold_from(self, checkpoint: bytes | str | None) -> ObservationFold:
+        """``checkpoint`` (as read) folded forward with the entries after it."""
+        fold = ObservationFold.from_checkpoint(checkpoint)
+        try:
+            tail = await self.redis.xrange(self.obs_stream, min=_after(fold.last_id))
+        except RedisError as exc:
+            raise TableError(f"observations read failed: {exc}") from exc
+        fold.apply(entries(tail))
+        return fold
 
     async def fold(self) -> ObservationFold:
         """The observations folded from the newest checkpoint and the entries after it
         (two round trips). Raises TableError."""
         try:
-            fold = ObservationFold.from_checkpoint(await self.redis.get(self.obs_checkpoint))
-            pipe = self.redis.pipeline(transaction=False)
-            self.queue_tail(pipe, fold.last_id)
-            (tail,) = await _execute(pipe)
+            checkpoint = await self.redis.get(self.obs_checkpoint)
         except RedisError as exc:
             raise TableError(f"observations read failed: {exc}") from exc
-        fold.apply(entries(tail))
-        return fold
+        return await self._fold_from(checkpoint)
 
     async def read(
         self,
@@ -228,8 +189,9 @@ class LiveTables:
         *,
         with_samples: bool = True,
     ) -> dict[str, PoolRow]:
-        """Read every table for ``pool_ids`` (three round trips; the gateway's refresh
-        uses ``TableReader``, which keeps its fold and reads only what is new).
+        """Read every table for ``pool_ids`` in two round trips: the checkpoint with the
+        pools' hashes, then the observations after it (the gateway's refresh uses
+        ``TableReader``, which keeps its fold and reads only what is new).
 
         In-flight counts are summed over replicas that sent a heartbeat within
         ``replica_ttl_ms``, leaving out ``exclude_replica``. Unreadable fields come
@@ -237,13 +199,12 @@ class LiveTables:
         Raises TableError.
         """
         ids = list(pool_ids)
-        fold = await self.fold()
         pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self.obs_checkpoint)
         self.queue_slow(pipe, ids)
-        try:
-            slow = self.parse_slow(ids, await _execute(pipe))
-        except RedisError as exc:
-            raise TableError(f"snapshot read failed: {exc}") from exc
+        replies = await run_pipeline(pipe, "snapshot read failed")
+        slow = self.parse_slow(ids, replies[1:])
+        fold = await self._fold_from(replies[0])
         return build_rows(ids, fold, slow, now_ms, replica_ttl_ms, exclude_replica,
                           with_samples=with_samples)  # fmt: skip
 
@@ -283,7 +244,7 @@ class LiveTables:
         """Drain (no new requests) or uncordon one replica of a pool, by its base URL, on
         every gateway from its next snapshot. Idempotent. Raises TableError."""
         key = self._pool(pool_id, "replicas")
-        field_name = _DRAINED + address.rstrip("/")
+        field_name = DRAINED + address.rstrip("/")
         args = ["set", field_name, str(int(time.time()))] if drained else ["del", field_name]
         try:
             # Announced in the same script: gateways refresh at once.
@@ -311,7 +272,7 @@ class LiveTables:
             raw = await self.redis.hgetall(self._pool(pool_id, "health"))
         except RedisError as exc:
             raise TableError(f"health read failed: {exc}") from exc
-        return HealthRecord.from_fields({_s(k): _s(v) for k, v in raw.items()})
+        return HealthRecord.from_fields(decode_hash(raw))
 
     async def update_health(
         self, pool_id: str, change: Callable[[HealthRecord], HealthRecord | None], attempts: int = 8
@@ -384,6 +345,11 @@ async def _execute(pipe: AnyPipeline) -> list[Any]:
         await pipe.reset()  # type: ignore[no-untyped-call]
 
 
+def _after(entry_id: str) -> str:
+    """The XRANGE start just past ``entry_id`` ("0-0": the stream's first entry)."""
+    return "(" + entry_id if entry_id != "0-0" else "-"
+
+
 async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
     """Execute ``pipe`` and give its connection back whatever happens; a Redis failure
     becomes TableError("{what}: ...")."""
@@ -391,74 +357,3 @@ async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
         return await _execute(pipe)
     except RedisError as exc:
         raise TableError(f"{what}: {exc}") from exc
-
-
-def entries(reply: Any) -> list[tuple[str, bytes]]:
-    """``(id, value)`` of the observation entries in an XRANGE reply."""
-    out = []
-    for entry_id, fields in reply or ():
-        value = fields.get(b"b") if isinstance(fields, dict) else None
-        if value is not None:
-            out.append((_s(entry_id), value))
-    return out
-
-
-def build_rows(
-    ids: Sequence[str],
-    fold: ObservationFold,
-    slow: SlowRows,
-    now_ms: int,
-    replica_ttl_ms: int,
-    exclude_replica: str = "",
-    *,
-    with_samples: bool,
-) -> dict[str, PoolRow]:
-    """Rows for ``ids`` from the folded observations and the pools' hashes."""
-    inflight = fold.inflight(now_ms, replica_ttl_ms, exclude_replica)
-    empty: dict[str, str] = {}
-    rows: dict[str, PoolRow] = {}
-    for pid in ids:
-        replicas, health, price, ejections = slow.get(pid, (empty, empty, empty, empty))
-        est = fold.pools.get(pid)
-        if est is None:
-            est = obs_codec.PoolEstimates()
-        nan = float("nan")
-        ttft_p50, ttft_p99 = _percentiles(est.ttft_recent) if with_samples else (nan, nan)
-        tpot_p50, tpot_p99 = _percentiles(est.tpot_recent) if with_samples else (nan, nan)
-        rows[pid] = PoolRow(
-            ttft_ewma_ms=est.ttft_ms,
-            tpot_ewma_ms=est.tpot_ms,
-            ttft_at_s=est.ttft_at_ms / 1000.0,
-            tpot_at_s=est.tpot_at_ms / 1000.0,
-            ttft_p50_ms=ttft_p50,
-            ttft_p99_ms=ttft_p99,
-            tpot_p50_ms=tpot_p50,
-            tpot_p99_ms=tpot_p99,
-            samples=est.samples,
-            rtt_ms=est.rtt_ms,
-            errors=est.errors,
-            inflight=max(inflight.get(pid, 0.0), 0.0),
-            ready_replicas=_f(replicas, "ready"),
-            target_replicas=_f(replicas, "target"),
-            endpoints=_endpoints(replicas.get("endpoints")),
-            drained=frozenset(k[len(_DRAINED) :] for k in replicas if k.startswith(_DRAINED)),
-            ejected=parse_ejections(ejections),
-            health=HealthRecord.from_fields(health),
-            usd_per_gpu_hour=_f(price, "usd_per_gpu_hour"),
-            price_source=price.get("source", ""),
-            price_fetched_at_s=_f(price, "fetched_at_s", 0.0),
-            price_stale=price.get("stale") == "1",
-        )
-    return rows
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {_s(k): _s(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_s(v) for v in value]
-    return value

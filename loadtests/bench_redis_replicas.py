@@ -80,7 +80,7 @@ async def _replica(
                 records.clear()
                 since = None
             await tables.flush(replica, now_ms=int(time.time() * 1000), inflight=dict(inflight),
-                               inflight_ttl_ms=TTL_MS, observations=batch,
+                               observations=batch,
                                extra=functools.partial(access.add_usage, records=recs))  # fmt: skip
 
     async def refresh() -> None:

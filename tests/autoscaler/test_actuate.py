@@ -186,7 +186,7 @@ def test_a_scale_down_deletes_only_after_in_flight_requests_finish(target: Redis
 
     async def body(actuator: Actuator, tables: LiveTables) -> list[list[ScaleEvent]]:
         async def inflight(n: int) -> None:
-            await tables.flush("gw-1", now_ms=_now_ms(), inflight={A: n}, inflight_ttl_ms=60_000,
+            await tables.flush("gw-1", now_ms=_now_ms(), inflight={A: n},
                                observations={})  # fmt: skip
 
         await inflight(1)
@@ -207,7 +207,7 @@ def test_a_drain_that_misses_its_deadline_deletes_anyway(target: RedisTarget) ->
     world = World(target, {A: 2}, drain_deadline_s=0.5)
 
     async def body(actuator: Actuator, tables: LiveTables) -> ActuationReport:
-        await tables.flush("gw-1", now_ms=_now_ms(), inflight={A: 1}, inflight_ttl_ms=60_000,
+        await tables.flush("gw-1", now_ms=_now_ms(), inflight={A: 1},
                            observations={})  # fmt: skip
         return await actuator.apply(plan(change(A, 2, 1)))
 

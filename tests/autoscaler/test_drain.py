@@ -77,7 +77,7 @@ def test_an_operators_drain_is_not_lifted_as_a_leftover(target: RedisTarget) -> 
 
 def test_a_drain_stops_waiting_when_the_lead_is_lost(target: RedisTarget) -> None:
     async def body(drainer: Drainer, tables: LiveTables) -> bool:
-        await tables.flush("gw-1", now_ms=_now_ms(), inflight={POOL: 2}, inflight_ttl_ms=60_000,
+        await tables.flush("gw-1", now_ms=_now_ms(), inflight={POOL: 2},
                            observations={})  # fmt: skip
         result = await drainer.drain(POOL, "test", 60.0, lambda: False)
         return result.aborted and not result.drained

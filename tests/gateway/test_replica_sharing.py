@@ -82,7 +82,7 @@ def test_an_ejection_written_by_one_gateways_flush_reaches_anothers_snapshot(
             wall = time.time()
             ejection = ReplicaEjection(POOL, URLS[0], wall + 30.0, "upstream 503")
             await tables.flush(
-                "gw-a", now_ms=int(wall * 1000), inflight={}, inflight_ttl_ms=2000,
+                "gw-a", now_ms=int(wall * 1000), inflight={},
                 observations={},
                 extra=lambda pipe: tables.add_replica_ejections(pipe, [ejection]),
             )  # fmt: skip

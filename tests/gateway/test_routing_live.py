@@ -32,7 +32,6 @@ def _set_phantom_inflight(gateway: Gateway, pool_id: str, count: int) -> None:
                 "phantom-replica",
                 now_ms=int(time.time() * 1000),
                 inflight={pool_id: count},
-                inflight_ttl_ms=60_000,
                 observations={},
             )
         finally:

@@ -59,10 +59,8 @@ def test_flush_and_read_of_every_pool_table(cluster: RedisTarget) -> None:
         tables = LiveTables(client, prefix=cluster.prefix)
         now = int(time.time() * 1000)
         obs = {p: PoolObservations(ttft_ms=[100.0], tpot_ms=[10.0], ok=1) for p in POOLS}
-        await tables.flush("gw-a", now_ms=now, inflight={p: 2 for p in POOLS},
-                           inflight_ttl_ms=60_000, observations=obs)  # fmt: skip
-        await tables.flush("gw-b", now_ms=now, inflight={POOLS[0]: 3},
-                           inflight_ttl_ms=60_000, observations={})  # fmt: skip
+        await tables.flush("gw-a", now_ms=now, inflight={p: 2 for p in POOLS}, observations=obs)  # fmt: skip
+        await tables.flush("gw-b", now_ms=now, inflight={POOLS[0]: 3}, observations={})  # fmt: skip
         await tables.record_rtt({p: 7.0 for p in POOLS})
         for p in POOLS:
             await tables.set_replicas(p, ready=1)
@@ -142,7 +140,7 @@ def test_replica_ejections_ride_the_flush_and_are_announced(cluster: RedisTarget
         now = time.time()
         out = [ReplicaEjection(POOLS[5], "http://10.0.0.7:8000", now + 30, "upstream 503"),
                ReplicaEjection(POOLS[1], "http://10.0.0.8:8000", now + 30, "timeout")]  # fmt: skip
-        await tables.flush("gw-a", now_ms=int(now * 1000), inflight={}, inflight_ttl_ms=60_000,
+        await tables.flush("gw-a", now_ms=int(now * 1000), inflight={},
                            observations={},
                            extra=lambda pipe: tables.add_replica_ejections(pipe, out))  # fmt: skip
         got: list[bytes] = []
@@ -216,7 +214,7 @@ def test_usage_flush_stream_consumer_and_refill(cluster: RedisTarget) -> None:
             access.add_usage(pipe, [record])
             demand.add(pipe, [DemandRecord(now, "m", "us", 5, 7)])
 
-        await tables.flush("gw-a", now_ms=int(now * 1000), inflight={}, inflight_ttl_ms=60_000,
+        await tables.flush("gw-a", now_ms=int(now * 1000), inflight={},
                            observations={}, extra=extra)  # fmt: skip
         stream = UsageStream(access, consumer="c1")
         entries = await stream.read_new(10)

@@ -53,7 +53,7 @@ def test_tables_work_through_the_sentinels_master(sentinel_url: str) -> None:
         try:
             tables = LiveTables(client, prefix="srtest:sentinel")
             now = int(time.time() * 1000)
-            await tables.flush("gw", now_ms=now, inflight={"p": 2}, inflight_ttl_ms=60_000,
+            await tables.flush("gw", now_ms=now, inflight={"p": 2},
                                observations={})  # fmt: skip
             return (await tables.read(["p"], now, 60_000))["p"].inflight
         finally:

@@ -27,7 +27,7 @@ def _run(target: RedisTarget, scenario: Callable[[LiveTables], Awaitable[Any]]) 
 
 async def _flush(tables: LiveTables, replica: str, inflight: int, ttft: float) -> str:
     return await tables.flush(
-        replica, now_ms=NOW_MS, inflight={POOL: inflight}, inflight_ttl_ms=5_000,
+        replica, now_ms=NOW_MS, inflight={POOL: inflight},
         observations={POOL: PoolObservations([ttft], [ttft / 10], ok=1)},
     )  # fmt: skip
 

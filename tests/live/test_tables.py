@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from tests.live.conftest import RedisTarget
 
 NOW_MS = 1_700_000_000_000
-TTL_MS = 60_000  # long enough that no key expires while a test runs
 POOL = "aws:us-east-1:h100-llama70b"
 OTHER = "gcp:us-central1:a100-llama70b"
 
@@ -39,7 +38,6 @@ async def _flush(
         replica,
         now_ms=now_ms,
         inflight=inflight or {},
-        inflight_ttl_ms=TTL_MS,
         observations=observations or {},
     )
 
