@@ -10,7 +10,7 @@ bill only through where it puts load. The real autoscaler's ``decide()`` (in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -104,7 +104,7 @@ class StaticScaler:
         return targets
 
 
-@dataclass(frozen=True)
+@dataclass
 class ReactiveScaler:
     """Follows the work routed to each pool, with headroom, like an HPA per pool.
 
@@ -120,16 +120,40 @@ class ReactiveScaler:
     provisioning delay. A pool needs work / (slo_slots × ``utilisation``) replicas. Work
     beyond ``max_replicas`` full replicas spills, as output tokens/s split by the client
     regions it came from, to the pools each region may use, cheapest per token first (a
-    price expander, as in cluster-autoscaler). Scale-down is stabilised: the
-    target is the largest need computed at any tick of the last ``down_window_s``, so
-    demand has left it about ``lookback_s + down_window_s`` after it stopped: 300 s, a
-    replica's provisioning time, by default (ski rental: an idle replica is held about as
-    long as a boot would cost).
+    price expander, as in cluster-autoscaler).
+
+    Scale-down is stabilised: a pool's target is the largest need computed at any tick of
+    its hold window, ``down_window_s`` to start with, so demand has left it about
+    ``lookback_s + down_window_s`` after it stopped: 300 s, a replica's provisioning time,
+    by default (ski rental: an idle replica is held about as long as a boot would cost).
+    Ski rental prices only the boot, not the requests that miss their SLO while it runs,
+    so each pool learns from its own regrets: when the need comes back to the level a
+    scale-down released, with work that would run the kept replicas past ``1 /
+    utilisation`` of their capacity (requests queue for a boot), and the time from the
+    peak that justified the released replicas to now is at most ``max_hold_s`` (900 s,
+    three boots of the default 300 s lead time: an idle replica held longer costs more
+    than the boots it saves),
+    the pool's hold grows to that time, which would have bridged the gap; a scale-down
+    nobody regretted halves it again, down to ``down_window_s``. Recurring bursts are then held
+    for, and a one-off peak costs one hold. Stateful: one instance per run.
     """
 
     utilisation: float = 0.8
     lookback_s: float = 60.0
     down_window_s: float = 240.0
+    max_hold_s: float = 900.0
+    # Per-tick needs by the end time of their tick, and per-pool learning state (see the
+    # class docstring): hold window (s); when the current level was last needed; the last
+    # scale-down: its time, the level kept, the level it started from and when that was
+    # last needed; and whether it is still open to regret.
+    _needs: dict[float, FloatArray] = field(default_factory=dict, init=False, repr=False)
+    _hold_s: FloatArray = field(default_factory=lambda: np.zeros(0), init=False, repr=False)
+    _needed_at: FloatArray = field(default_factory=lambda: np.zeros(0), init=False, repr=False)
+    _released_at: FloatArray = field(default_factory=lambda: np.zeros(0), init=False, repr=False)
+    _kept: FloatArray = field(default_factory=lambda: np.zeros(0), init=False, repr=False)
+    _released_from: FloatArray = field(default_factory=lambda: np.zeros(0), init=False, repr=False)
+    _peak_at: FloatArray = field(default_factory=lambda: np.zeros(0), init=False, repr=False)
+    _open: BoolArray = field(default_factory=lambda: np.zeros(0, bool), init=False, repr=False)
 
     def decide(
         self, now: float, demand_history: Sequence[DemandSample], fleet_state: FleetState
@@ -139,16 +163,73 @@ class ReactiveScaler:
         if not demand_history:
             targets: IntArray = st.booting + st.ready
             return targets
-        ticks = max(1, round(self.lookback_s / demand_history[-1].duration_s))
-        windows = max(1, round(self.down_window_s / demand_history[-1].duration_s))
-        need = np.zeros(len(st.ready))
-        for k in range(min(windows, len(demand_history))):
+        n = len(st.ready)
+        if len(self._hold_s) != n:
+            self._reset(n, now)
+        tick = demand_history[-1].duration_s
+        ticks = max(1, round(self.lookback_s / tick))
+        horizon = max(1, round(max(self.max_hold_s, self.down_window_s) / tick))
+        needs = []
+        for k in range(min(horizon, len(demand_history))):
             end = len(demand_history) - k
-            need = np.maximum(need, self._need(demand_history[max(0, end - ticks) : end], st))
+            key = demand_history[end - 1].end_s
+            need = self._needs.get(key)
+            if need is None:
+                need = self._needs[key] = self._need(demand_history[max(0, end - ticks) : end], st)
+            needs.append(need)
+        oldest = demand_history[-min(horizon, len(demand_history))].end_s
+        for key in [k for k in self._needs if k < oldest]:
+            del self._needs[key]
+        held = np.arange(len(needs))[:, None] < np.round(self._hold_s / tick)[None, :]
+        need = np.where(held, np.asarray(needs), 0.0).max(axis=0)
         out: IntArray = np.clip(np.ceil(need - 1e-9), st.min_replicas, st.max_replicas).astype(
             np.intp
         )
+        self._learn(now, tick, needs[0], st.booting + st.ready, out)
         return out
+
+    def _reset(self, n: int, now: float) -> None:
+        self._hold_s = np.full(n, self.down_window_s)
+        self._needed_at = np.full(n, now)
+        self._released_at = np.full(n, -np.inf)
+        self._kept = np.zeros(n)
+        self._released_from = np.zeros(n)
+        self._peak_at = np.zeros(n)
+        self._open = np.zeros(n, dtype=np.bool_)
+
+    def _learn(
+        self, now: float, tick: float, need: FloatArray, current: IntArray, target: IntArray
+    ) -> None:
+        """Update each pool's hold from this tick's need and decision (class docstring)."""
+        self._needed_at = np.where(need >= current - 1e-9, now, self._needed_at)
+        # Soon after a scale-down, the need is back at the released level and its work
+        # would run the kept replicas past 1 / utilisation: past the headroom this scaler
+        # provisions anyway, so requests queue for a boot. (A return just over the kept
+        # replicas' capacity is the ordinary noise that headroom absorbs.) The released
+        # replicas were needed: bridge from their peak to now.
+        bridge = np.maximum(now - self._peak_at + tick, self.down_window_s)
+        regret = (
+            self._open
+            & (bridge <= self.max_hold_s)
+            & (np.ceil(need - 1e-9) >= self._released_from)
+            & (need * self.utilisation**2 > self._kept + 1e-9)
+        )
+        self._hold_s = np.where(regret, np.maximum(self._hold_s, bridge), self._hold_s)
+        self._open &= ~regret
+        release = target < current
+        # A scale-down's first step; the later steps of the same scale-down (the level
+        # was not needed again since the last step) belong to it.
+        episode = release & (self._needed_at > self._released_at)
+        # A new scale-down after one that nobody regretted: the hold was longer than needed.
+        calm = episode & self._open
+        self._hold_s = np.where(
+            calm, np.maximum(self._hold_s / 2.0, self.down_window_s), self._hold_s
+        )
+        self._peak_at = np.where(episode, self._needed_at, self._peak_at)
+        self._released_from = np.where(episode, current, self._released_from)
+        self._kept = np.where(release, target, self._kept)
+        self._released_at = np.where(release, now, self._released_at)
+        self._open |= release
 
     def _need(self, window: Sequence[DemandSample], st: FleetState) -> FloatArray:
         seconds = sum(s.duration_s for s in window)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -90,3 +91,50 @@ def test_a_queue_beyond_the_ttft_slo_is_a_backlog_cleared_within_the_lookback() 
     history = [_sample(10.0 * k, 5) for k in range(1, 7)]
     history[-1] = replace(history[-1], waiting=np.array([32.0, 0.0]))
     assert ReactiveScaler().decide(60.0, history, state).tolist() == [2, 0]
+
+
+def _replay(scaler: ReactiveScaler, rate: Callable[[float], int], until_s: float) -> list[int]:
+    """Targets of the cheap pool, tick by tick, for ``rate(t)`` requests in the 10 s tick
+    starting at t; every target is ready at once (the state follows the scaler)."""
+    history: list[DemandSample] = []
+    state, out = STATE, []
+    for k in range(1, round(until_s / 10.0) + 1):
+        end = 10.0 * k
+        history.append(_sample(end, rate(end - 10.0)))
+        targets = scaler.decide(end, history, state)
+        state = replace(STATE, ready=targets)
+        out.append(int(targets[0]))
+    return out
+
+
+def _bursts(t: float) -> int:
+    # 60 s of 20 requests per 10 s (4 busy slots: 3 replicas, the pool's max) every 500 s.
+    return 20 if t % 500.0 < 60.0 else 0
+
+
+def test_a_scale_down_regretted_by_a_recurring_burst_lengthens_the_pools_hold() -> None:
+    learning = _replay(ReactiveScaler(), _bursts, 1500.0)
+    fixed = _replay(ReactiveScaler(max_hold_s=240.0), _bursts, 1500.0)
+    # Just before the second burst (t = 490 s) both have let the first one's replicas go;
+    # the learner regretted it when the second came and holds its peak to the third.
+    assert learning[48] == fixed[48] == 0
+    assert fixed[98] == 0
+    assert learning[98] == 3
+
+
+def test_a_one_off_peak_is_held_only_for_the_down_window() -> None:
+    # One burst, then quiet: the same as without learning.
+    once = _replay(ReactiveScaler(), lambda t: 20 if t < 60.0 else 0, 900.0)
+    assert once == _replay(ReactiveScaler(max_hold_s=240.0), lambda t: 20 if t < 60.0 else 0, 900.0)
+    assert once[-1] == 0
+
+
+def test_demand_that_comes_back_short_of_the_released_level_is_not_a_regret() -> None:
+    # A burst at 3 replicas' work, and after its release a return at 1 replica's (5
+    # requests per 10 s): not regretted, so nothing is held longer than without learning.
+    def rate(t: float) -> int:
+        return 20 if t < 60.0 else (5 if 360.0 <= t < 420.0 else 0)
+
+    learning = _replay(ReactiveScaler(), rate, 1000.0)
+    assert learning == _replay(ReactiveScaler(max_hold_s=240.0), rate, 1000.0)
+    assert max(learning[36:]) == 1
