@@ -29,8 +29,8 @@ from live.rollout_table import RolloutTable
 from live.tables import LiveTables
 from router.compiled import compile_policy
 from router.policy import Policy
-from store.engine import default_database_url
 from store.store import Store
+from store.url import default_database_url
 
 
 @dataclass
