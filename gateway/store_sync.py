@@ -77,6 +77,9 @@ class StoreSync:
         # Called once the store's modules are loaded (``skyroute serve`` freezes them
         # with its other start-up objects, out of the garbage collector's walks).
         self.on_loaded: Callable[[], None] | None = None
+        # If set, the opening waits for it: ``skyroute serve`` sets it once its socket
+        # listens, so that the import does not compete with the last of the start-up.
+        self.not_before: asyncio.Event | None = None
         self.migrated = False
         self._store: Store | None = None
         self._restorer: RestoreLoop | None = None
@@ -202,6 +205,8 @@ class StoreSync:
         """Open the store, then loop: migrate until it succeeds, then run the restore
         check and the usage consumer. Runs until cancelled, unless the store cannot be
         opened at all (then it returns, having logged why)."""
+        if self.not_before is not None:
+            await self.not_before.wait()
         try:
             opened = await self._first_attempt()
         finally:

@@ -76,6 +76,9 @@ class GracefulServer(uvicorn.Server):
     graceful timeout); streams still running ``STREAM_CUT_MARGIN_S`` before that
     timeout end with an SSE error event (``gateway_shutdown``) rather than a cut
     connection; the lifespan then releases this replica's in-flight counts.
+
+    ``listening`` is set once the socket accepts connections (the gateway's store opens
+    then: ``StoreSync.not_before``).
     """
 
     def __init__(
@@ -89,6 +92,11 @@ class GracefulServer(uvicorn.Server):
         self.gateway = gateway
         self.drain_delay_s = drain_delay_s
         self.door = door
+        self.listening = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.listening.set()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         grace = self.config.timeout_graceful_shutdown
@@ -128,9 +136,6 @@ def run_gateway(settings: GatewaySettings) -> None:
     Needs ``settings.redis_url``."""
     app = create_app(settings)
     tune_gc()
-    # The store's modules load once the gateway is ready (gateway.store_sync): they
-    # stay alive as long as the process too.
-    app.state.gateway.store_sync.on_loaded = gc.freeze
     limits = FrontDoorLimits(
         header_timeout_s=settings.header_timeout_s,
         body_timeout_s=settings.body_timeout_s,
@@ -152,7 +157,12 @@ def run_gateway(settings: GatewaySettings) -> None:
     # uvicorn re-raises the signal it caught once it has shut down; a SIGTERM that has
     # been handled gracefully must then end the process with status 0, not 143.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    server = GracefulServer(config, app.state.gateway, settings.drain_delay_s, door)
+    gateway: Gateway = app.state.gateway
+    server = GracefulServer(config, gateway, settings.drain_delay_s, door)
+    # The store opens once the gateway serves (gateway.store_sync); its modules stay
+    # alive as long as the process, like those frozen above.
+    gateway.store_sync.not_before = server.listening
+    gateway.store_sync.on_loaded = gc.freeze
     if reuse_port_requested():
         # One of several workers on this port (``--workers``): the kernel spreads
         # connections across every socket bound with SO_REUSEPORT.
