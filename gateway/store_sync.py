@@ -117,7 +117,8 @@ class StoreSync:
                     f"the store is still opening (waited {self.open_wait_s:g} s); retry"
                 ) from None
         if self._store is None:
-            raise StoreError(f"the store could not be opened: {self._failure}")
+            reason = self._failure or "its opening was cancelled"
+            raise StoreError(f"the store could not be opened: {reason}")
         return self._store
 
     async def lookup_key(self, digest_hex: str) -> bool:
