@@ -85,6 +85,7 @@ class StoreSync:
         self._restorer: RestoreLoop | None = None
         self._consumer: UsageConsumer | None = None
         self._failure: str | None = None
+        self._opening: asyncio.Task[bool] | None = None
         self._opened = asyncio.Event()
         self._misses: dict[str, float] = {}
 
@@ -216,11 +217,14 @@ class StoreSync:
         opened at all (then it returns, having logged why)."""
         if self.not_before is not None:
             await self.not_before.wait()
-        try:
-            opened = await self._first_attempt()
-        finally:
-            self._opened.set()
-        if not opened:
+        self._opening = asyncio.create_task(self._first_attempt(), name="store-open")
+        self._opening.add_done_callback(lambda _: self._opened.set())
+        # Shielded: a shutdown lets the opening finish (``close``) rather than cut a
+        # migration or a connection in half, as it let the start-up finish when the
+        # store opened there. (A cancelled SQLAlchemy call on aiosqlite, cancelled again
+        # while it closes the connection, can leave a task waiting forever on the
+        # connection's stopped thread, and the process with it.)
+        if not await asyncio.shield(self._opening):
             return
         backoff = 0.5
         while not self.migrated:
@@ -234,6 +238,16 @@ class StoreSync:
         await asyncio.gather(self._restorer.run(), self._consumer.run())
 
     async def close(self) -> None:
-        """Close the store's pooled connections (if it was opened). Idempotent."""
+        """Let an opening under way finish, then close the store's pooled connections (if
+        it was opened). An opening still under way after ``open_wait_s`` is cancelled and
+        its connections are left to the process's exit. Idempotent."""
+        opening = self._opening
+        if opening is not None and not opening.done():
+            _, pending = await asyncio.wait({opening}, timeout=self.open_wait_s)
+            if pending:
+                logger.warning("the store's opening did not finish in %g s; cancelled",
+                               self.open_wait_s)  # fmt: skip
+                opening.cancel()
+                return
         if self._store is not None:
             await self._store.close()

@@ -95,6 +95,19 @@ async def test_a_caller_waiting_for_the_store_gets_it_once_it_opens(
             await asyncio.gather(runner, return_exceptions=True)
 
 
+@run_async
+async def test_a_shutdown_during_the_opening_lets_it_finish_before_closing(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with store_sync(redis_url, tmp_path / "store.db", open_wait_s=120.0) as sync:
+        runner = asyncio.create_task(sync.run())
+        await asyncio.sleep(0)  # one loop step: run() has started the opening
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await sync.close()
+        assert sync.migrated  # not cut off in the middle of the migration
+
+
 def test_an_admin_call_that_outwaits_the_opening_is_a_503_in_openai_shape(
     redis_url: str,
 ) -> None:
