@@ -126,7 +126,9 @@ class StoreSync:
         """Put a key Redis does not know back from the store (Redis evicted or lost it);
         True if the store has it (then Redis has it again, revoked or not). A digest the
         store did not know either is not asked again for ``MISS_TTL_S``, so unknown keys
-        cannot turn into a query per request. Raises StoreError or TableError."""
+        cannot turn into a query per request. While the store is still opening (just
+        after start-up) it waits for it, as ``store`` does. Raises StoreError or
+        TableError."""
         now = time.monotonic()
         if now - self._misses.get(digest_hex, -MISS_TTL_S) < MISS_TTL_S:
             return False
