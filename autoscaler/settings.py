@@ -39,7 +39,7 @@ class AutoscalerSettings(BaseSettings):
     redis_url: str | None = None
     redis_prefix: str = "sr:v1"
     # The system of record the rollouts are kept in (the gateway's; unset: the same
-    # embedded SQLite file the gateway uses, ``store.engine.default_database_url``).
+    # embedded SQLite file the gateway uses, ``store.url.default_database_url``).
     database_url: str | None = None
     policy: Path = Path("policy.yaml")
     # How often the policy file is looked at for a change (the same setting as the gateway's).

@@ -75,7 +75,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
         await gw.sync.first_refresh()
         with contextlib.suppress(TableError):
             await gw.access.publish()
-        await gw.store_sync.start()
+        # The store opens in the background, once this replica serves (gateway.store_sync).
         tasks = [
             asyncio.create_task(gw.sync.refresh(), name="snapshot-refresh"),
             asyncio.create_task(gw.sync.flush(), name="table-flush"),
@@ -106,7 +106,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             if gw.journal is not None:
                 gw.journal.close()  # deleted if empty, else replayed at the next start
             await gw.sync.release()
-            await gw.store.close()
+            await gw.store_sync.close()
             gw.tracing.shutdown()
             await upstream.close()
             await gw.tables.redis.aclose()

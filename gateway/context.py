@@ -29,8 +29,7 @@ from live.rollout_table import RolloutTable
 from live.tables import LiveTables
 from router.compiled import compile_policy
 from router.policy import Policy
-from store.engine import default_database_url
-from store.store import Store
+from store.url import check_database_url, default_database_url
 
 
 @dataclass
@@ -49,7 +48,7 @@ class Gateway:
     usage: UsageLog[UsageRecord]
     demand: UsageLog[DemandRecord]
     tracing: Tracing
-    store: Store
+    # The system of record, opened after the gateway is ready (``await store_sync.store()``).
     store_sync: StoreSync
     forwarder: Forwarder | None = None
     # Opened by the app's lifespan (gateway.usage_journal); None until then, or if the
@@ -59,7 +58,8 @@ class Gateway:
 
 
 def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> Gateway:
-    """Load the policy and build the in-process state. Raises PolicyError.
+    """Load the policy and build the in-process state. Raises PolicyError, or StoreError
+    for a database URL the store does not support.
 
     ``tracing`` defaults to what the standard ``OTEL_*`` environment asks for (off).
     """
@@ -114,9 +114,8 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         await access.refresh()
         await access.publish()
 
-    store_url = settings.database_url or default_database_url()
-    store = Store.open(store_url)
-    store_sync = StoreSync(store, store_url, access_tables, settings.replica_id, on_restored)
+    store_url = check_database_url(settings.database_url or default_database_url())
+    store_sync = StoreSync(store_url, access_tables, settings.replica_id, on_restored)
     sync.on_recovery = store_sync.poke
     access.on_data_loss = store_sync.poke
     access.filled = AccessRefill(access_tables).filled
@@ -134,6 +133,5 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         usage=usage,
         demand=demand,
         tracing=tracing if tracing is not None else Tracing.from_env(),
-        store=store,
         store_sync=store_sync,
     )

@@ -3,6 +3,9 @@
 (``ReplicaSet.set_resolved``): new addresses join the choice at once, gone ones leave
 it. A name that resolves to nothing hands the pool back to its static ``endpoints``;
 a DNS server that does not answer changes nothing (the last answer stands).
+
+dnspython is loaded (off the event loop) at the first resolution, so a policy without
+DNS pools never loads it.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from adapters.upstream.dns import DnsQuery, resolve_replicas
+from adapters.upstream.dns_query import DnsQuery
 from base.errors import DiscoveryError
+from gateway.lazy_modules import import_off_loop
 from gateway.routing_state import RoutingState
 from router.policy import DnsDiscovery
 
@@ -25,6 +29,15 @@ __all__ = ["DnsDiscoveryLoop"]
 _IDLE_S = 1.0
 
 Resolve = Callable[[DnsQuery], Awaitable[list[str]]]
+
+
+async def resolve_with_dnspython(query: DnsQuery) -> list[str]:
+    """``adapters.upstream.dns.resolve_replicas``, its module (and dnspython, 2.4 MB of a
+    worker's memory) loaded at the first call. Raises DiscoveryError like it."""
+    await import_off_loop("adapters.upstream.dns")
+    from adapters.upstream.dns import resolve_replicas  # noqa: PLC0415 - loaded just above
+
+    return await resolve_replicas(query)
 
 
 def dns_query(spec: DnsDiscovery) -> DnsQuery:
@@ -39,7 +52,7 @@ class DnsDiscoveryLoop:
     def __init__(
         self,
         state: RoutingState,
-        resolve: Resolve = resolve_replicas,
+        resolve: Resolve = resolve_with_dnspython,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state

@@ -53,9 +53,9 @@ def ops_router(gw: Gateway) -> APIRouter:
         m.sync_redis_errors(gw.sync.redis_errors)
         store = gw.store_sync
         m.store_ready.set(1 if store.migrated else 0)
-        m.sync_total(m.ledger_records, store.consumer.written)
-        m.sync_total(m.ledger_malformed, store.consumer.malformed)
-        m.sync_total(m.redis_refills, store.restorer.restores)
+        m.sync_total(m.ledger_records, store.written)
+        m.sync_total(m.ledger_malformed, store.malformed)
+        m.sync_total(m.redis_refills, store.restores)
         if gw.journal is not None:
             m.sync_total(m.usage_journal_errors, gw.journal.errors)
         for model, record in gw.state.rollout_records.items():

@@ -9,7 +9,8 @@
 Writes go to the store first, as a compare-and-set on the record's revision (the
 leader's controller moves rollouts too; the loser of a race gets 409 and may retry),
 then to Redis, which announces the change to every gateway. If the store does not
-answer, nothing changes (503 ``store_unavailable``).
+answer, nothing changes (503 ``store_unavailable``); while it is still opening, just
+after start-up, a call waits for it (``gateway.store_sync.StoreSync.store``).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def rollouts_router(gw: Gateway) -> APIRouter:
 
     async def current(model: str) -> RolloutRecord | None:
         # The store is the arbiter; Redis may be behind it (or empty after a restart).
-        stored = (await gw.store.rollouts.latest()).get(model)
+        store = await gw.store_sync.store()
+        stored = (await store.rollouts.latest()).get(model)
         try:
             hot = await table.read(model)
         except TableError:
@@ -100,7 +102,8 @@ def rollouts_router(gw: Gateway) -> APIRouter:
 
     async def commit(old: RolloutRecord | None, new: RolloutRecord, t: Transition) -> None:
         expected = old.revision if old is not None and old.id == new.id else None
-        if not await gw.store.rollouts.save(new, t, expected_revision=expected):
+        store = await gw.store_sync.store()
+        if not await store.rollouts.save(new, t, expected_revision=expected):
             raise Conflict(f"the rollout of {new.rollout.model} moved meanwhile; read it again")
         # The store decided. Redis may be behind it or down: the leader puts the record
         # there within a tick of either, so the command stands either way.
@@ -155,7 +158,8 @@ def rollouts_router(gw: Gateway) -> APIRouter:
     async def list_rollouts(request: Request) -> Response:
         """Every model's newest rollout (finished ones included)."""
         authorize(request)
-        stored = await gw.store.rollouts.latest()
+        store = await gw.store_sync.store()
+        stored = await store.rollouts.latest()
         return _json([view(r) for _, r in sorted(stored.items())])
 
     @router.get("/{model}")
@@ -165,7 +169,8 @@ def rollouts_router(gw: Gateway) -> APIRouter:
         record = await current(model)
         if record is None:
             raise NotFound(f"no rollout of {model!r}", param="model")
-        history = await gw.store.rollouts.history(model)
+        store = await gw.store_sync.store()
+        history = await store.rollouts.history(model)
         return _json(
             {
                 **await with_evidence(table, record),

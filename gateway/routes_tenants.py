@@ -5,7 +5,8 @@ its SHA-256 is stored.
 
 Tenant and key changes are written through: to the system of record first (``store/``;
 503 ``store_unavailable`` if it does not answer, and nothing changes), then to Redis,
-so that Redis can always be rebuilt from the store.
+so that Redis can always be rebuilt from the store. Just after start-up, while the
+store is still opening, a call waits for it (``gateway.store_sync.StoreSync.store``).
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def tenants_router(gw: Gateway) -> APIRouter:
             param = ".".join(str(p) for p in first["loc"]) or None
             raise InvalidRequest(f"invalid tenant: {first['msg']}", param=param) from exc
         _check_references(spec, gw.state.policy.policy)
-        await gw.store.put_tenant(name, spec, now_ms=_now_ms())
+        store = await gw.store_sync.store()
+        await store.put_tenant(name, spec, now_ms=_now_ms())
         await gw.access.tables.put_tenant(name, spec)
         await gw.access.refresh()
         return _json({"tenant": name, **spec.model_dump()})
@@ -129,7 +131,8 @@ def tenants_router(gw: Gateway) -> APIRouter:
     async def delete_tenant(request: Request, name: str) -> Response:
         """Forget an admin-API tenant (the policy's definition, if any, applies again)."""
         authorize(request)
-        in_store = await gw.store.delete_tenant(name, now_ms=_now_ms())
+        store = await gw.store_sync.store()
+        in_store = await store.delete_tenant(name, now_ms=_now_ms())
         existed = await gw.access.tables.delete_tenant(name) or in_store
         await gw.access.refresh()
         return _json({"tenant": name, "deleted": existed})
@@ -155,7 +158,8 @@ def tenants_router(gw: Gateway) -> APIRouter:
             revoked=False,
         )
         digest = digest_hex(secret)
-        await gw.store.add_key(
+        store = await gw.store_sync.store()
+        await store.add_key(
             StoredKey(
                 key_id=record.id,
                 tenant=record.tenant,
@@ -179,7 +183,8 @@ def tenants_router(gw: Gateway) -> APIRouter:
         """Revoke a key: refused on every replica from the next request on."""
         authorize(request)
         # The bootstrap key lives in Redis only (the environment re-creates it).
-        in_store = await gw.store.revoke_key(key_id, now_ms=_now_ms())
+        store = await gw.store_sync.store()
+        in_store = await store.revoke_key(key_id, now_ms=_now_ms())
         found = await gw.access.tables.revoke_key(key_id) or in_store
         if not found:
             raise InvalidRequest(f"no key {key_id!r}", param="key_id")
@@ -211,7 +216,8 @@ def tenants_router(gw: Gateway) -> APIRouter:
         start = from_s if from_s is not None else end - 86400
         source = "store"
         try:
-            groups = await gw.store.ledger.totals(
+            store = await gw.store_sync.store()
+            groups = await store.ledger.totals(
                 tenant, math.floor(start * 1000), math.ceil(end * 1000), group_by
             )
         except StoreError as exc:

@@ -22,7 +22,7 @@ class GatewaySettings(BaseSettings):
     """Settings of one gateway process (env prefix ``SKYROUTE_``).
 
     ``redis_url`` unset means the entry point starts an embedded Redis; ``database_url``
-    unset means an embedded SQLite file (``store.engine.default_database_url``). ``api_key``
+    unset means an embedded SQLite file (``store.url.default_database_url``). ``api_key``
     is the client credential and ``admin_token`` the admin one; both are kept only
     hashed once the app is built and never logged.
     """
@@ -32,7 +32,7 @@ class GatewaySettings(BaseSettings):
     redis_url: str | None = None
     redis_prefix: str = "sr:v1"
     # The system of record: postgresql+asyncpg://... or sqlite+aiosqlite:///file.db;
-    # unset, an embedded SQLite file in the user's data directory (store.engine).
+    # unset, an embedded SQLite file in the user's data directory (store.url).
     database_url: str | None = None
     policy: Path = Path("policy.yaml")
     host: str = "127.0.0.1"

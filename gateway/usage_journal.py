@@ -57,7 +57,7 @@ MAX_BYTES = 4 << 20
 
 def journal_dir(base: Path | None, prefix: str) -> Path:
     """The journal directory of one Redis prefix under ``base`` (None: the user's data
-    directory, ``$XDG_DATA_HOME/skyroute/journal``, as ``store.engine`` chooses)."""
+    directory, ``$XDG_DATA_HOME/skyroute/journal``, as ``store.url`` chooses)."""
     if base is None:
         data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         base = Path(data) / "skyroute" / "journal"

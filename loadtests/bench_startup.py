@@ -5,8 +5,10 @@
 - ``skyroute --help`` wall time (median of ``--runs``);
 - ``skyroute serve``: the modules a worker has imported once it is serving (counted in a
   child that takes the same path as ``serve``: parse the arguments, import the serving
-  modules), start-to-ready time (process start until ``/readyz`` says ready), and its idle
-  RSS two seconds after it became ready.
+  modules), and those the store adds when it opens after the worker is ready;
+  start-to-ready time (process start until ``/readyz`` says ready), how long after that
+  the store is open (``skyroute_store_ready`` in ``/metrics``), and the worker's idle
+  RSS two seconds after it became ready, the store open.
 
 The container image compiles every module ahead of time (``compileall`` in the Dockerfile);
 an editable checkout run with ``PYTHONDONTWRITEBYTECODE=1`` compiles skyroute's own modules
@@ -48,7 +50,9 @@ except TypeError:  # before the lazy command line: one parser with every subcomm
     build_parser()
 import skyroute.serve, gateway.app
 heavy = [m for m in ("scipy", "matplotlib", "boto3", "google.cloud", "azure") if m in sys.modules]
-print(len(sys.modules), ",".join(heavy) or "-")
+serving = len(sys.modules)
+import store.restore, store.migrate, store.consumer  # what the store opens with
+print(serving, len(sys.modules) - serving, ",".join(heavy) or "-")
 """
 
 
@@ -66,11 +70,12 @@ def help_wall_s(src: Path, runs: int) -> float:
     return statistics.median(times)
 
 
-def serve_modules(src: Path) -> tuple[int, str]:
+def serve_modules(src: Path) -> tuple[int, int, str]:
+    """(modules imported to serve, more the store imports when it opens, heavy ones)."""
     out = subprocess.run([sys.executable, "-c", SERVE_IMPORTS], cwd=src, env=_env(src),
                          check=True, capture_output=True, text=True, timeout=60).stdout  # fmt: skip
-    count, heavy = out.split()
-    return int(count), heavy
+    count, store, heavy = out.split()
+    return int(count), int(store), heavy
 
 
 def _policy(src: Path) -> Path:
@@ -80,15 +85,31 @@ def _policy(src: Path) -> Path:
     raise SystemExit(f"no demo policy under {src}")
 
 
-def serve_ready(src: Path, redis_url: str) -> tuple[float, float, float]:
-    """(start-to-ready seconds, CPU seconds used until ready, idle RSS MB) of one
-    ``skyroute serve`` worker. On a busy machine the CPU figure is the steadier one: the
-    wall time also counts the waits for a core."""
+def _get(url: str, token: str | None = None) -> bytes:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=1) as r:
+        body: bytes = r.read()
+        return body
+
+
+def _store_ready(base: str, token: str) -> bool:
+    try:
+        return b"skyroute_store_ready 1.0" in _get(f"{base}/metrics", token)
+    except OSError:
+        return False
+
+
+def serve_ready(src: Path, redis_url: str) -> tuple[float, float, float, float]:
+    """(start-to-ready seconds, CPU seconds used until ready, seconds from ready until the
+    store is open, idle RSS MB) of one ``skyroute serve`` worker. On a busy machine the
+    CPU figure is the steadier one: the wall time also counts the waits for a core."""
     port = free_port()
+    token = secrets.token_hex(16)
     env = {**_env(src), "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(port),
            "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_POLICY": str(_policy(src)),
-           "SKYROUTE_LOG_LEVEL": "WARNING", "SKYROUTE_ADMIN_TOKEN": secrets.token_hex(16),
+           "SKYROUTE_LOG_LEVEL": "WARNING", "SKYROUTE_ADMIN_TOKEN": token,
            "SKYROUTE_REDIS_PREFIX": f"startup{secrets.token_hex(4)}"}  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", CLI, "serve"], cwd=src, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -98,20 +119,24 @@ def serve_ready(src: Path, redis_url: str) -> tuple[float, float, float]:
             if proc.poll() is not None:
                 raise SystemExit(f"serve exited with {proc.returncode}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                    if b"ready" in r.read():
-                        break
+                if b"ready" in _get(f"{base}/readyz"):
+                    break
             except OSError:
                 time.sleep(0.01)
         ready = time.perf_counter() - t0
         times = psutil.Process(proc.pid).cpu_times()
         cpu = times.user + times.system
-        time.sleep(2.0)
+        while not _store_ready(base, token):
+            if time.perf_counter() > deadline:
+                raise SystemExit("the store did not open")
+            time.sleep(0.01)
+        store = time.perf_counter() - t0 - ready
+        time.sleep(max(2.0 - store, 0.0))
         rss = psutil.Process(proc.pid).memory_info().rss / 2**20
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return ready, cpu, rss
+    return ready, cpu, store, rss
 
 
 def main() -> None:
@@ -127,13 +152,14 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True,
                        stdout=subprocess.DEVNULL)  # fmt: skip
     help_s = help_wall_s(src, args.runs)
-    modules, heavy = serve_modules(src)
+    modules, store_modules, heavy = serve_modules(src)
     with redis_url_or_embedded(os.environ.get("SKYROUTE_REDIS_URL")) as url:
-        readies, cpus, rsses = zip(*(serve_ready(src, url) for _ in range(args.runs)),
-                                   strict=True)  # fmt: skip
+        readies, cpus, stores, rsses = zip(*(serve_ready(src, url) for _ in range(args.runs)),
+                                           strict=True)  # fmt: skip
     print(f"source                     {src}")
     print(f"skyroute --help            {help_s * 1000:8.0f} ms (median of {args.runs})")
-    print(f"serve: modules imported    {modules:8d} (heavy: {heavy})")
+    print(f"serve: modules imported    {modules:8d} (heavy: {heavy}; "
+          f"+{store_modules} once the store opens)")  # fmt: skip
     print(
         f"serve: start to ready      {statistics.median(readies) * 1000:8.0f} ms (median; "
         f"min {min(readies) * 1000:.0f}, max {max(readies) * 1000:.0f}; target <= 700)"
@@ -142,6 +168,8 @@ def main() -> None:
         f"serve: CPU until ready     {statistics.median(cpus) * 1000:8.0f} ms (median; "
         f"min {min(cpus) * 1000:.0f}, max {max(cpus) * 1000:.0f})"
     )
+    print(f"serve: store open after    {statistics.median(stores) * 1000:8.0f} ms past ready "
+          "(median)")  # fmt: skip
     print(f"bytecode caches            {'compiled first' if args.compile else 'as found'}")
     print(f"serve: idle RSS            {statistics.median(rsses):8.1f} MB (median)")
 

@@ -28,9 +28,9 @@ from live.policy_file import PolicySource
 from live.redis_client import connect
 from skyroute import logs
 from skyroute.embedded_redis import redis_url_or_embedded
-from store.engine import default_database_url
 from store.migrate import migrate
 from store.store import Store
+from store.url import default_database_url
 
 __all__ = ["main", "register"]
 

@@ -9,6 +9,7 @@ the gateway but not the simulator, the autoscaler or any cloud SDK.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -33,6 +34,11 @@ def _settings(args: argparse.Namespace) -> GatewaySettings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.workers <= 1:
+        # What a worker loads and builds before it serves stays alive as long as it
+        # does: collecting meanwhile finds next to nothing. run_gateway turns the
+        # collector back on (serve.tune_gc).
+        gc.disable()
     from skyroute.serve import redis_for, run_gateway  # noqa: PLC0415 - keep start-up light
 
     settings = _settings(args)

@@ -14,6 +14,7 @@ start-up CPU.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,13 @@ _REVISION = re.compile(r"^revision(?:\s*:[^=\n]*)?\s*=\s*[\"']([^\"']+)[\"']\s*$
 _DOWN = re.compile(r"^down_revision(?:\s*:[^=\n]*)?\s*=\s*(?:None|[\"']([^\"']+)[\"'])\s*$", re.M)
 # The PostgreSQL advisory lock held while migrating (any constant, the same everywhere).
 LOCK_KEY = 0x736B79726F757465  # "skyroute"
+# What an upgrade imports (a caller may load them beforehand: ``migrate(before_upgrade=)``).
+ALEMBIC_MODULES = (
+    "alembic.command",
+    "alembic.config",
+    "alembic.script",
+    "alembic.runtime.migration",
+)
 
 
 def alembic_config() -> Config:
@@ -93,12 +101,14 @@ def _current(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
-async def migrate(url: str) -> str:
+async def migrate(url: str, *, before_upgrade: Callable[[], Awaitable[None]] | None = None) -> str:
     """Bring the database at ``url`` to the newest schema; returns its revision.
 
     Idempotent (an up-to-date database is left alone) and transactional where the
     database allows DDL in a transaction (PostgreSQL, SQLite): a failed migration
-    leaves the previous schema. Raises StoreError."""
+    leaves the previous schema. ``before_upgrade`` is awaited when there is something
+    to migrate, before Alembic is imported (``ALEMBIC_MODULES``; a serving gateway
+    imports them off its event loop there). Raises StoreError."""
     engine = make_engine(url)
     head = shipped_head()
     try:
@@ -106,6 +116,8 @@ async def migrate(url: str) -> str:
             async with engine.connect() as conn:
                 if await conn.run_sync(_stamped) == head:
                     return head
+        if before_upgrade is not None:
+            await before_upgrade()
         async with engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Replicas starting together migrate one after the other: the second

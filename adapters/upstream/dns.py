@@ -9,31 +9,17 @@ caller keeps the replicas it had rather than dropping them on a DNS hiccup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import dns.asyncresolver
 import dns.exception
 import dns.rdatatype
 import dns.resolver
 
+from adapters.upstream.dns_query import DnsQuery
 from base.errors import DiscoveryError
 
-__all__ = ["DnsQuery", "resolve_replicas"]
+__all__ = ["resolve_replicas"]
 
 _DEFAULT_DNS_PORT = 53
-
-
-@dataclass(frozen=True, slots=True)
-class DnsQuery:
-    """What to resolve: ``name``'s ``record`` (``A`` or ``SRV``); for ``A``, the engines'
-    ``port``. ``nameserver``: ``host`` or ``host:port`` (None: the system's)."""
-
-    name: str
-    record: str = "A"
-    port: int = 8000
-    scheme: str = "http"
-    nameserver: str | None = None
-    timeout_s: float = 1.0
 
 
 def _resolver(query: DnsQuery) -> dns.asyncresolver.Resolver:

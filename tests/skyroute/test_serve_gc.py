@@ -39,3 +39,13 @@ def test_tuning_twice_is_harmless() -> None:
     tune_gc()
     assert gc.get_freeze_count() >= frozen
     assert gc.get_threshold()[0] == GC_GEN0_THRESHOLD
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_the_collector_is_on_after_tuning_when_start_up_turned_it_off() -> None:
+    gc.disable()
+    try:
+        tune_gc()
+        assert gc.isenabled()
+    finally:
+        gc.enable()

@@ -41,6 +41,18 @@ async def test_migrating_twice_is_a_no_op(db_url: str) -> None:
 
 
 @run_async
+async def test_the_hook_before_an_upgrade_runs_only_when_there_is_one(db_url: str) -> None:
+    calls: list[str] = []
+
+    async def before_upgrade() -> None:
+        calls.append("upgrade")
+
+    await migrate(db_url, before_upgrade=before_upgrade)
+    await migrate(db_url, before_upgrade=before_upgrade)
+    assert calls == ["upgrade"]
+
+
+@run_async
 async def test_replicas_migrating_together_all_succeed(db_url: str) -> None:
     if db_url.startswith("sqlite"):
         pytest.skip("SQLite: a replica that loses the race retries (gateway.store_sync)")

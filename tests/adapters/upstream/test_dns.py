@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from adapters.upstream.dns import DnsQuery, resolve_replicas
+from adapters.upstream.dns import resolve_replicas
+from adapters.upstream.dns_query import DnsQuery
 from base.errors import DiscoveryError
 from tests.adapters.upstream.dns_server import LocalDns
 
