@@ -12,7 +12,8 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from itertools import chain
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
@@ -43,7 +44,7 @@ from gateway.upstream_answers import ModelRenamer, checked_usage, unavailable
 from gateway.usage import UsageLog
 from live.access_table import UsageRecord
 from live.demand_table import DemandRecord
-from router.scoring import RouteRequest
+from router.scoring import RouteRequest, TriedPool
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class Forwarder:
         traced = ctx.trace is not NOOP
         route_span = ctx.trace.child("route") if traced else NOOP
         active = self.state.rollouts.active.get(route.model) if self.state.rollouts.active else None
-        fallback: list[tuple[int, float, float, float]] = []
+        fallback: Iterator[TriedPool] = iter(())
         stable_answer: asyncio.Future[bytes | None] | None = None
         if active is None:
             ranking = self.state.rank(route, now)
@@ -138,18 +139,21 @@ class Forwarder:
                     "skyroute.reason": ranking.reason,
                     **(
                         {"skyroute.pool": ranking.pool_ids[ranking.order[0]]}
-                        if len(ranking.order)
+                        if ranking.n_tried
                         else {}
                     ),
                 }
             )
             route_span.end()
-        if len(ranking.order) == 0:
+        if not ranking.n_tried:
             raise unavailable(ranking, route.model)
         policy = self.state.policy
         routing = policy.policy.routing
         budget = routing.max_attempts
-        tried = list(ranking.tried()) + fallback
+        # The pools to try, pulled from the ranking only as far as the attempts get: at
+        # many pools, reading the whole order as Python numbers costs more than ranking.
+        ranked = chain(ranking.tried(), fallback)
+        tried: list[TriedPool] = []
         replicas = RequestReplicas(
             self.state.replicas, parsed, ctx.session_id,
             prefix_affinity=policy.policy.models[route.model].prefix_affinity,
@@ -159,7 +163,12 @@ class Forwarder:
 
         def start_next() -> Coroutine[Any, Any, Response] | None:
             nonlocal number, k
-            while k < len(tried) and number < budget:
+            while number < budget:
+                if k == len(tried):
+                    pulled = next(ranked, None)
+                    if pulled is None:
+                        break
+                    tried.append(pulled)
                 i, predicted_ttft_ms, est_cost, per_token = tried[k]
                 pool = policy.policy.pools[i]
                 pick = replicas.pick(pool.id)
@@ -212,12 +221,12 @@ class Forwarder:
                 tried.insert(k, next(t for t in tried if t[0] == i))
 
         hedge_s: float | None = None
-        if policy.slo[route.slo_class].hedge and len(ranking.order) > 1:
-            j = int(ranking.local_order[0])
+        if policy.slo[route.slo_class].hedge and ranking.n_tried > 1:
+            first_ttft_ms, first_tpot_ms = ranking.first_prediction()
             hedge_s = hedge_after_s(
                 slo_ttft_ms=ranking.slo_ttft_ms,
-                predicted_ttft_ms=float(ranking.local_ttft_ms[j]),
-                predicted_tpot_ms=float(ranking.local_tpot_ms[j]),
+                predicted_ttft_ms=first_ttft_ms,
+                predicted_tpot_ms=first_tpot_ms,
                 output_tokens=0 if parsed.stream else ranking.est_tokens - route.prompt_tokens,
             )
         answer: bytes | None = None

@@ -96,9 +96,10 @@ class ShadowMirror:
     ) -> str:
         state = self.state
         ranking = state.rank(replace(route, version=active.canary), time.time())
-        if len(ranking.order) == 0:
+        first = next(ranking.tried(), None)
+        if first is None:
             return "unroutable"
-        pool = state.policy.policy.pools[int(ranking.order[0])]
+        pool = state.policy.policy.pools[first[0]]
         pick = RequestReplicas(state.replicas, parsed, None, prefix_affinity=False).pick(pool.id)
         if pick is None:
             return "unroutable"
@@ -108,7 +109,7 @@ class ShadowMirror:
         first_byte_s = first_byte_deadline_s(
             routing, stream=False, slo_ttft_ms=ranking.slo_ttft_ms,
             slo_tpot_ms=ranking.slo_tpot_ms,
-            predicted_ttft_ms=float(ranking.local_ttft_ms[int(ranking.local_order[0])]),
+            predicted_ttft_ms=first[1],
             output_tokens=ranking.est_tokens - route.prompt_tokens,
         )  # fmt: skip
         timeouts = UpstreamTimeouts(

@@ -6,27 +6,35 @@ A NumPy call costs about half a microsecond whatever the size of its arrays, and
 vectorised scoring makes some forty of them: at a handful of pools that fixed cost is
 nearly all of ``rank``'s time. This module computes the same predictions, feasibility and
 order pool by pool with Python floats (IEEE doubles, the same operations in the same order
-as the NumPy code, so the same bits), then packs the results into arrays with two calls.
-``tests/router/test_score_core.py`` checks it against the vectorised path on random
-inputs; a change to the scoring model must be made in both.
+as the NumPy code, so the same bits), and answers in lists: ``router.scoring.Ranking``
+makes arrays of them only when asked (explain, tests), as the request path reads just the
+order and the first pools' values. ``tests/router/test_score_core.py`` checks it against
+the vectorised path on random inputs; a change to the scoring model must be made in both.
+
+Whatever depends on the snapshot and the client's region but not on the request (the
+eligible pools when nothing ramps, the near-client reserve in slots, the model's expected
+output priced at the drain TPOT) is worked out once per snapshot (``ModelView`` and its
+``RegionView``s), not here.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from base.types import BoolArray, FloatArray, IntArray
-from router.compiled import CompiledPolicy
-from router.snapshot import ModelView
+from router.snapshot import ModelView, RegionView
 
 # Up to this many pools per model the scalar path is faster: measured back to back on
 # one model of n random pools, the two paths cost the same at about 16 (scalar 0.6x the
 # vector's time at 4 pools, 2x at 64).
 MAX_SCALAR_POOLS = 16
+# The vector path's attempts are read out in two parts, the first this long: a caller that
+# stops after the first pools (the gateway) never converts the rest of a long order.
+_HEAD = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,33 +51,73 @@ class TrafficMix:
     output_tokens: float
 
 
-class Scored(NamedTuple):
-    """The per-pool results of scoring one request, over the model's pools (policy order),
-    and the order to try them in (indices into those pools). A NamedTuple, built
-    positionally: a frozen dataclass took a tenth of a small model's scoring to build."""
+# One attempt as ``Ranking.tried`` yields it: (pool index into the policy, predicted TTFT
+# ms, estimated cost USD, USD per token).
+TriedPool = tuple[int, float, float, float]
+
+
+class ScalarScored(NamedTuple):
+    """The per-pool results of ``score_scalar``, as Python lists over the model's pools
+    (policy order), and the order to try them in (indices into those pools). A
+    NamedTuple, built positionally: a frozen dataclass took a tenth of a small model's
+    scoring to build."""
+
+    ttft_ms: list[float]
+    tpot_ms: list[float]
+    load: list[float]
+    eligible: list[bool]
+    feasible: list[bool]
+    region_ok: list[bool]
+    available: list[bool]
+    local_order: list[int]
+    n_feasible: int
+
+    def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
+        """The pools of ``local_order`` as attempts, one by one."""
+        v = view.lists
+        members, ttft, per_token = v.members, self.ttft_ms, v.usd_per_token
+        for j in self.local_order:
+            p = per_token[j]
+            yield members[j], ttft[j], est_tokens * p, p
+
+
+class VectorScored(NamedTuple):
+    """``score_vector``'s answer: ``ScalarScored``'s fields as NumPy arrays."""
 
     ttft_ms: FloatArray
     tpot_ms: FloatArray
-    cost_usd: FloatArray
     load: FloatArray
     eligible: BoolArray
     feasible: BoolArray
     region_ok: BoolArray
     available: BoolArray
     local_order: IntArray
-    order: IntArray  # local_order as indices into the policy's pools
     n_feasible: int
+
+    def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
+        """The pools of ``local_order`` as attempts: the first ``_HEAD`` gathered and
+        converted to Python numbers apart from the rest, so stopping early is cheap."""
+        order = self.local_order
+        for part in (order[:_HEAD], order[_HEAD:]):
+            if not len(part):
+                return
+            per_token = view.usd_per_token[part].tolist()
+            for i, t, p in zip(
+                view.members[part].tolist(), self.ttft_ms[part].tolist(), per_token, strict=True
+            ):
+                yield i, t, est_tokens * p, p
+
+
+Scored = ScalarScored | VectorScored
 
 
 def score_scalar(
     view: ModelView,
-    policy: CompiledPolicy,
-    key: tuple[str, str],
+    region: RegionView,
     region_allowed: list[bool] | None,
     local_inflight: FloatArray | None,
     local_blocked: BoolArray | None,
     prompt_tokens: int,
-    expected_output_tokens: int,
     est_tokens: int,
     ttft_limit_ms: float,
     tpot_limit_ms: float,
@@ -77,10 +125,9 @@ def score_scalar(
     near_tie: float,
     fallback_fastest: bool,
     mix: TrafficMix | None = None,
-) -> Scored:
+) -> ScalarScored:
     """Score the model's pools one by one; the same answer as ``score_vector``."""
-    v = view.lists  # built once per snapshot
-    rtts, caps, region_ok = policy.model_lists[key]
+    v, rl = view.lists, region.lists  # built once per snapshot
     n = len(v.members)
     inflight = v.inflight
     if local_inflight is not None:
@@ -89,11 +136,15 @@ def score_scalar(
         ]
 
     # Eligibility, as score_vector decides it (see the comments there).
+    region_ok = rl.region_ok
     if region_allowed is not None:
         region_ok = [a and b for a, b in zip(region_ok, region_allowed, strict=True)]
     available = v.available
     if view.full_weight and local_blocked is None:
-        eligible = [a and b for a, b in zip(region_ok, v.ready, strict=True)]
+        if region_allowed is None:
+            eligible = rl.ready_ok
+        else:
+            eligible = [a and b for a, b in zip(region_ok, v.ready, strict=True)]
     else:
         if local_blocked is not None:
             blocked = local_blocked[view.members].tolist()
@@ -106,78 +157,63 @@ def score_scalar(
             available = [a and r for a, r in zip(available, ramped, strict=True)]
             eligible = [e and r for e, r in zip(eligible, ramped, strict=True)]
 
-    ttft, tpot, cost, load, feasible = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [False] * n
-    for j in range(n):
-        prefill = prompt_tokens * v.prefill_ms_per_token[j]
+    rtts, limits, priced = rl.rtt_ms, rl.slot_limit, v.priced
+    ttft, tpot, load, feasible = [0.0] * n, [0.0] * n, [0.0] * n, [False] * n
+    order: list[int] = []  # the feasible pools, in policy order until sorted below
+    slow: list[int] = []  # the eligible pools that are not feasible
+    # Conditional expressions stand for max() and min() below: the same result (NaN and
+    # -0.0 included, for these argument orders) at a fraction of a builtin call's cost.
+    for j, (pf, out_ms, tq, inv, oms, base, span, measured) in enumerate(view.rows):
+        prefill = prompt_tokens * pf
         if mix is None:
-            service_ms = prefill + expected_output_tokens * v.tpot_queue_ms[j]
+            service_ms = prefill + out_ms
         else:
-            service_ms = (
-                mix.prompt_tokens * v.prefill_ms_per_token[j]
-                + mix.output_tokens * v.tpot_queue_ms[j]
-            )
-        inv = v.inv_slots[j]
-        queued = max(inflight[j] + v.one_minus_slots[j], 0.0)
+            service_ms = mix.prompt_tokens * pf + mix.output_tokens * tq
+        queued = inflight[j] + oms
+        if queued < 0.0:  # noqa: PLR1730  # max(queued, 0.0), without the call
+            queued = 0.0
         t = rtts[j] + queued * service_ms * inv + prefill
-        ld = (inflight[j] + 1.0) * inv
-        tp = max(v.tpot_base_ms[j] + v.tpot_span_ms[j] * min(ld, 1.0), v.tpot_measured_ms[j])
+        plus_one = inflight[j] + 1.0
+        ld = plus_one * inv
+        tp = base + span * (1.0 if ld > 1.0 else ld)  # min(ld, 1.0)
+        if measured > tp:  # noqa: PLR1730  # max(tp, measured), without the call
+            tp = measured
         ttft[j], tpot[j], load[j] = t, tp, ld
-        cost[j] = est_tokens * v.usd_per_token[j]
-        feasible[j] = (
-            eligible[j]
-            and t <= ttft_limit_ms
-            and tp <= tpot_limit_ms
-            and v.priced[j]
-            and (caps is None or _outside_reserve(inflight[j], v.one_minus_slots[j], caps[j]))
-        )
+        if eligible[j]:
+            if (
+                t <= ttft_limit_ms
+                and tp <= tpot_limit_ms
+                and priced[j]
+                and (limits is None or plus_one <= limits[j])
+            ):
+                feasible[j] = True
+                order.append(j)
+            else:
+                slow.append(j)
 
-    n_feasible = sum(feasible)
-    order: list[int]
-    if n_feasible == 1:
-        order = [feasible.index(True)]
-    elif n_feasible:
-        cheapest = min([c for c, f in zip(cost, feasible, strict=True) if f])
+    n_feasible = len(order)
+    if n_feasible > 1:
+        cost = [est_tokens * p for p in v.usd_per_token]
+        cheapest = min([cost[j] for j in order])
         bound = cheapest * (1.0 + near_tie)
-        ties = [j for j in range(n) if feasible[j] and cost[j] <= bound]
-        rest = [j for j in range(n) if feasible[j] and not cost[j] <= bound]
-        # sorted() is stable, like lexsort: equal keys keep policy order.
+        ties = [j for j in order if cost[j] <= bound]
+        rest = [j for j in order if not cost[j] <= bound]
+        # sorted() is stable, like argsort(kind="stable"): equal keys keep policy order.
         order = sorted(ties, key=load.__getitem__) + sorted(rest, key=cost.__getitem__)
-    else:
-        order = []
-    if fallback_fastest:
-        slow = [j for j in range(n) if eligible[j] and not feasible[j]]
+    if fallback_fastest and slow:
         order += sorted(slow, key=ttft.__getitem__)
-
-    floats = np.array((ttft, tpot, cost, load))
-    flags = np.array((eligible, feasible, region_ok, available), dtype=np.bool_)
-    members = v.members
-    orders = np.array((order, [members[j] for j in order]), dtype=np.intp).reshape(2, -1)
-    return Scored(
-        floats[0], floats[1], floats[2], floats[3], flags[0], flags[1], flags[2], flags[3],
-        orders[0], orders[1], n_feasible,
-    )  # fmt: skip
-
-
-def _outside_reserve(inflight: float, one_minus_slots: float, cap: float) -> bool:
-    """Whether one more request fits outside the slots reserved for near clients (a
-    share ``1 - cap`` of the pool's slots, rounded down to whole slots); the scalar
-    twin of ``score_vector``'s reserve rule, the same operations in the same order."""
-    slots = max(1.0 - one_minus_slots, 1e-9)
-    reserve = (1.0 - cap) * slots + 1e-9
-    # np.floor keeps inf and nan (math.floor raises on them).
-    reserve = float(math.floor(reserve)) if math.isfinite(reserve) else reserve
-    return inflight + 1.0 <= slots - reserve
+    return ScalarScored(
+        ttft, tpot, load, eligible, feasible, region_ok, available, order, n_feasible
+    )
 
 
 def score_vector(
     view: ModelView,
-    policy: CompiledPolicy,
-    key: tuple[str, str],
+    region: RegionView,
     region_allowed: list[bool] | None,
     local_inflight: FloatArray | None,
     local_blocked: BoolArray | None,
     prompt_tokens: int,
-    expected_output_tokens: int,
     est_tokens: int,
     ttft_limit_ms: float,
     tpot_limit_ms: float,
@@ -185,13 +221,17 @@ def score_vector(
     near_tie: float,
     fallback_fastest: bool,
     mix: TrafficMix | None = None,
-) -> Scored:
+) -> VectorScored:
     """Score the model's pools with NumPy: the reference that ``score_scalar`` (same
     arguments, same answer) is checked against. The steps are those of the
-    ``router.scoring`` docstring; ``key`` is (client region, model), resolved."""
-    m = view.members
-    rtt, load_cap = policy.model_rtt_ms[key], policy.model_load_cap[key]
-    inflight = view.inflight if local_inflight is None else view.inflight + local_inflight[m]
+    ``router.scoring`` docstring; ``region`` is the view from the client's region.
+
+    Each NumPy call costs about a microsecond here whatever its size, so intermediate
+    results are updated in place (``out=``, ``*=``) where that saves an allocation, in
+    the same operation order as the scalar path (so the same bits)."""
+    inflight = view.inflight
+    if local_inflight is not None:
+        inflight = inflight + local_inflight[view.members]
     prefill = prompt_tokens * view.prefill_ms_per_token
     # A request beyond the batch slots waits for a fraction of one service time per
     # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
@@ -199,29 +239,40 @@ def score_vector(
     # the traffic's mean prompt and output (the policy's expected output and this
     # request's prompt when unknown), decoded at the TPOT of a full batch.
     if mix is None:
-        service_ms = prefill + expected_output_tokens * view.tpot_queue_ms
+        service_ms = prefill + view.queue_output_ms
     else:
         service_ms = (
             mix.prompt_tokens * view.prefill_ms_per_token + mix.output_tokens * view.tpot_queue_ms
         )
-    queued = np.maximum(inflight + view.one_minus_slots, 0.0)
-    ttft = rtt + queued * service_ms * view.inv_slots + prefill
-    load = (inflight + 1.0) * view.inv_slots
+    # ttft = rtt + max(inflight + 1 - slots, 0) * service / slots + prefill
+    queued = inflight + view.one_minus_slots
+    np.maximum(queued, 0.0, out=queued)
+    queued *= service_ms
+    queued *= view.inv_slots
+    ttft = region.rtt_ms + queued
+    ttft += prefill
+    plus_one = inflight + 1.0
+    load = plus_one * view.inv_slots
     # TPOT grows with batch occupancy, counted fresh; a measured TPOT is only a floor
-    # (ModelView explains why).
-    tpot = np.maximum(
-        view.tpot_base_ms + view.tpot_span_ms * np.minimum(load, 1.0), view.tpot_measured_ms
-    )
+    # (ModelView explains why): max(base + span * min(load, 1), measured).
+    tpot = np.minimum(load, 1.0)
+    tpot *= view.tpot_span_ms
+    tpot += view.tpot_base_ms
+    np.maximum(tpot, view.tpot_measured_ms, out=tpot)
 
-    region_ok = np.isfinite(rtt)
+    region_ok = region.region_ok
     if region_allowed is not None:
         region_ok = region_ok & np.asarray(region_allowed, dtype=np.bool_)
+    available = view.available
     if view.full_weight and local_blocked is None:
-        available, eligible = view.available, region_ok & view.ready
+        if region_allowed is None:
+            eligible, candidates = region.ready_ok, region.ready_priced
+        else:
+            eligible = region_ok & view.ready
+            candidates = eligible & view.priced
     else:
-        available = view.available
         if local_blocked is not None:
-            available = available & ~local_blocked[m]
+            available = available & ~local_blocked[view.members]
         eligible = region_ok & available & view.has_capacity
         # A readmitted pool ramps up relative to its healthy peers: it takes a share of
         # traffic they could serve. With no fully weighted peer left for this request it
@@ -229,37 +280,36 @@ def score_vector(
         if np.any(eligible & (view.weight >= 1.0)):
             ramped = view.weight > ramp_draw
             available, eligible = available & ramped, eligible & ramped
-    cost = est_tokens * view.usd_per_token
+        candidates = eligible & view.priced
     # Predictions are estimates: keep a margin below the targets (routing.slo_headroom,
     # tpot_headroom), and far clients out of the slots reserved for near ones.
-    feasible = eligible & (ttft <= ttft_limit_ms) & (tpot <= tpot_limit_ms) & view.priced
-    if load_cap is not None:
-        # The reserve is whole slots, the share kept for near clients rounded down: a
-        # pool of a few slots (long prompts make slots dear) is not kept from far
-        # clients for a fraction of a slot that nobody can use.
-        # (At least 1e-9 slots: a pool with none is not eligible, and -inf x 0 is NaN.)
-        slots = np.maximum(1.0 - view.one_minus_slots, 1e-9)
-        feasible &= inflight + 1.0 <= slots - np.floor((1.0 - load_cap) * slots + 1e-9)
+    feasible = ttft <= ttft_limit_ms
+    feasible &= tpot <= tpot_limit_ms
+    feasible &= candidates
+    if region.slot_limit is not None:
+        feasible &= plus_one <= region.slot_limit
 
-    n_feasible = int(np.count_nonzero(feasible))
-    if n_feasible == 1:
-        local_order = np.flatnonzero(feasible)
-    elif n_feasible:
-        cheapest = cost[feasible].min()
-        tie = feasible & (cost <= cheapest * (1.0 + near_tie))
-        group = np.where(tie, 0, np.where(feasible, 1, 2))
-        secondary = np.where(tie, load, np.where(feasible, cost, ttft))
-        local_order = np.lexsort((secondary, group))
-        local_order = local_order[group[local_order] < 2]
+    f = np.flatnonzero(feasible)
+    n_feasible = len(f)
+    if n_feasible > 1:
+        # Every feasible pool by cost (stable: equal costs keep policy order); the near
+        # ties of the cheapest lead, as a group re-sorted by load from policy order.
+        cost = est_tokens * view.usd_per_token[f]
+        by_cost = np.argsort(cost, kind="stable")
+        local_order = f[by_cost]
+        sorted_cost = cost[by_cost]
+        ties = int(np.searchsorted(sorted_cost, sorted_cost[0] * (1.0 + near_tie), "right"))
+        if ties > 1:
+            group = np.sort(local_order[:ties])
+            local_order[:ties] = group[np.argsort(load[group], kind="stable")]
     else:
-        local_order = np.empty(0, dtype=np.intp)
+        local_order = f
     if fallback_fastest:
-        fallback = np.flatnonzero(eligible & ~feasible)
-        if len(fallback):
-            local_order = np.concatenate(
-                (local_order, fallback[np.argsort(ttft[fallback], kind="stable")])
-            )
-    return Scored(
-        ttft, tpot, cost, load, eligible, feasible, region_ok, available, local_order,
-        m[local_order], n_feasible,
-    )  # fmt: skip
+        # eligible ^ feasible: the eligible pools that are not feasible (feasible ones
+        # are all eligible).
+        slow = np.flatnonzero(eligible ^ feasible)
+        if len(slow):
+            local_order = np.concatenate((local_order, slow[np.argsort(ttft[slow], kind="stable")]))
+    return VectorScored(
+        ttft, tpot, load, eligible, feasible, region_ok, available, local_order, n_feasible
+    )

@@ -27,8 +27,17 @@ import numpy as np
 from base.errors import ModelNotFound
 from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy, route_key
-from router.score_core import MAX_SCALAR_POOLS, TrafficMix, score_scalar, score_vector
-from router.snapshot import Snapshot
+from router.score_core import (
+    MAX_SCALAR_POOLS,
+    Scored,
+    TrafficMix,
+    TriedPool,
+    score_scalar,
+    score_vector,
+)
+from router.snapshot import ModelView, RegionView, Snapshot
+
+__all__ = ["RankedPool", "Ranking", "RouteRequest", "TriedPool", "rank"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -80,15 +89,17 @@ class Ranking:
     best first. The per-pool arrays are indexed like ``pool_ids``; pools that do not
     serve the model hold +inf / False there.
 
-    Only ``order`` and the request's numbers are computed on the request path; the
-    full-width arrays and the reasons are built on first access (explain, tests).
+    Only the order and the request's numbers are computed on the request path, and
+    kept as the scoring left them (Python lists for a model of few pools); ``tried``,
+    ``n_tried`` and ``first_prediction`` read them directly. Every array (``order``
+    included) and the reasons are built on first access (explain, tests).
     """
 
     request: RouteRequest
     pool_ids: tuple[str, ...]
-    candidates: IntArray
-    order: IntArray
-    local_order: IntArray
+    view: ModelView
+    region: RegionView
+    scored: Scored
     n_feasible: int
     slo_ttft_ms: float
     slo_tpot_ms: float
@@ -98,20 +109,80 @@ class Ranking:
     near_tie: float
     # The request's priced size (tokens): cost = est_tokens x the pool's USD per token.
     est_tokens: int
+
+    @property
+    def candidates(self) -> IntArray:
+        """The model's pools (indices into ``pool_ids``), in policy order."""
+        return self.view.members
+
+    @property
+    def n_tried(self) -> int:
+        """How many pools ``order`` lists (0: nothing to try)."""
+        return len(self.scored.local_order)
+
+    @cached_property
+    def local_order(self) -> IntArray:
+        """``order`` as indices into ``candidates``."""
+        return np.asarray(self.scored.local_order, dtype=np.intp)
+
+    @cached_property
+    def order(self) -> IntArray:
+        """Pool indices to try, best first."""
+        result: IntArray = self.view.members[self.local_order]
+        return result
+
     # Arrays over ``candidates`` (the model's pools), in policy order.
-    local_ttft_ms: FloatArray
-    local_tpot_ms: FloatArray
-    local_cost_usd: FloatArray
-    local_usd_per_token: FloatArray
-    local_load: FloatArray
-    local_load_cap: FloatArray | None
-    local_eligible: BoolArray
-    local_feasible: BoolArray
-    local_region_ok: BoolArray
-    local_available: BoolArray
-    local_has_capacity: BoolArray
-    local_weight: FloatArray
-    pool_states: tuple[str, ...]
+    @cached_property
+    def local_ttft_ms(self) -> FloatArray:
+        """Predicted TTFT per candidate, ms."""
+        return np.asarray(self.scored.ttft_ms, dtype=np.float64)
+
+    @cached_property
+    def local_tpot_ms(self) -> FloatArray:
+        """Predicted TPOT per candidate, ms."""
+        return np.asarray(self.scored.tpot_ms, dtype=np.float64)
+
+    @cached_property
+    def local_cost_usd(self) -> FloatArray:
+        """Estimated cost of the request per candidate, USD (inf without a price)."""
+        result: FloatArray = self.est_tokens * self.view.usd_per_token
+        return result
+
+    @property
+    def local_usd_per_token(self) -> FloatArray:
+        """USD per token per candidate (inf without a price)."""
+        return self.view.usd_per_token
+
+    @cached_property
+    def local_load(self) -> FloatArray:
+        """(in flight + 1) / batch slots per candidate."""
+        return np.asarray(self.scored.load, dtype=np.float64)
+
+    @property
+    def local_load_cap(self) -> FloatArray | None:
+        """The highest load at which each candidate takes this client region's requests
+        (None: no cap); see ``CompiledPolicy.model_load_cap``."""
+        return self.region.load_cap
+
+    @cached_property
+    def local_eligible(self) -> BoolArray:
+        """Eligible per candidate."""
+        return np.asarray(self.scored.eligible, dtype=np.bool_)
+
+    @cached_property
+    def local_feasible(self) -> BoolArray:
+        """Feasible per candidate."""
+        return np.asarray(self.scored.feasible, dtype=np.bool_)
+
+    @cached_property
+    def local_region_ok(self) -> BoolArray:
+        """Whether the client (and the request's allowed regions) may use each candidate."""
+        return np.asarray(self.scored.region_ok, dtype=np.bool_)
+
+    @cached_property
+    def local_available(self) -> BoolArray:
+        """Healthy, not blocked by this replica, and admitted by the ramp draw."""
+        return np.asarray(self.scored.available, dtype=np.bool_)
 
     def _wide(self, local: FloatArray, fill: float) -> FloatArray:
         out = np.full(len(self.pool_ids), fill)
@@ -161,21 +232,22 @@ class Ranking:
             if not self.local_region_ok[j]:
                 why[i] = "region not allowed for this client"
             elif not self.local_available[j]:
-                state = self.pool_states[j]
+                state = self.view.states[j]
+                weight = self.view.weight[j]
                 if state != "healthy":
                     why[i] = f"pool {state}"
-                elif self.local_weight[j] < 1.0:
-                    why[i] = f"ramping up after readmission ({self.local_weight[j]:.0%} of traffic)"
+                elif weight < 1.0:
+                    why[i] = f"ramping up after readmission ({weight:.0%} of traffic)"
                 else:
                     why[i] = "ejected by this gateway replica"
-            elif not self.local_has_capacity[j]:
+            elif not self.view.has_capacity[j]:
                 why[i] = "no ready replicas"
         return tuple(why)
 
     @property
     def reason(self) -> str:
         """Why the first pool in ``order`` is first (``no-eligible-pool`` if empty)."""
-        if len(self.order) == 0:
+        if not self.n_tried:
             return "no-eligible-pool"
         return "cheapest-feasible" if self.n_feasible else "fallback-fastest"
 
@@ -184,18 +256,18 @@ class Ranking:
         for i, ttft, cost, _ in self.tried():
             yield self.pool_ids[i], ttft, cost
 
-    def tried(self) -> Iterator[tuple[int, float, float, float]]:
+    def tried(self) -> Iterator[TriedPool]:
         """(pool index, predicted TTFT ms, estimated cost USD, USD per token) in the order
-        to try them; the request path's view, read from the model-local arrays in four
-        gathers rather than three scalar reads per pool."""
-        lo = self.local_order
-        return zip(
-            self.order.tolist(),
-            self.local_ttft_ms[lo].tolist(),
-            self.local_cost_usd[lo].tolist(),
-            self.local_usd_per_token[lo].tolist(),
-            strict=True,
-        )
+        to try them; the request path's view. Lazy: a caller that stops after the first
+        pools does not pay for the rest (at a thousand pools, the whole order as Python
+        numbers costs more than ranking it)."""
+        return self.scored.attempts(self.view, self.est_tokens)
+
+    def first_prediction(self) -> tuple[float, float]:
+        """(TTFT ms, TPOT ms) predicted for the first pool to try. Raises IndexError when
+        there is none."""
+        j = self.scored.local_order[0]
+        return float(self.scored.ttft_ms[j]), float(self.scored.tpot_ms[j])
 
     def explain(self) -> list[RankedPool]:
         """Every candidate pool, tried ones first, with the reason for its place."""
@@ -252,8 +324,8 @@ class Ranking:
 def _fast_new(cls: Callable[P, T]) -> Callable[P, T]:
     """A constructor of the frozen dataclass ``cls`` with its ``__init__``'s signature (so
     mypy checks every call) that fills the instance's ``__dict__`` at once. The generated
-    ``__init__`` sets each field through ``object.__setattr__``: for Ranking's 25 fields
-    that cost as much as scoring a small model. Keyword arguments only."""
+    ``__init__`` sets each field through ``object.__setattr__``, about as dear per field
+    as a line of the scalar scoring. Keyword arguments only."""
 
     def make(*args: P.args, **kwargs: P.kwargs) -> T:
         if args:
@@ -301,9 +373,8 @@ def rank(
     pol = policy.policy
     spec = pol.models[request.model]
     slo = policy.slo.get(request.slo_class) or policy.slo[spec.default_slo]
-    key = (request.client_region, routed)
-    if key not in policy.model_rtt_ms:
-        key = (pol.routing.default_client_region, routed)
+    regions = view.regions
+    region = regions.get(request.client_region) or regions[pol.routing.default_client_region]
     est_tokens = request.est_tokens or request.prompt_tokens + (
         spec.expected_output_tokens
         if request.max_output_tokens is None
@@ -315,37 +386,24 @@ def rank(
         locs, allowed = policy.regions, request.allowed_regions
         region_allowed = [locs[i] in allowed for i in m.tolist()]
     ttft_limit, tpot_limit = slo.ttft_ms * policy.keep_ttft, slo.tpot_ms * policy.keep_tpot
+    routing = pol.routing
     score = score_scalar if len(m) <= MAX_SCALAR_POOLS else score_vector
     s = score(
-        view, policy, key, region_allowed, local_inflight,
-        local_blocked, request.prompt_tokens, spec.expected_output_tokens, est_tokens,
-        ttft_limit, tpot_limit, request.ramp_draw, pol.routing.near_tie,
-        pol.routing.fallback == "fastest", mix,
+        view, region, region_allowed, local_inflight, local_blocked, request.prompt_tokens,
+        est_tokens, ttft_limit, tpot_limit, request.ramp_draw, routing.near_tie,
+        routing.fallback == "fastest", mix,
     )  # fmt: skip
     return _new_ranking(
         request=request,
         pool_ids=policy.pool_ids,
-        candidates=m,
-        order=s.order,
-        local_order=s.local_order,
+        view=view,
+        region=region,
+        scored=s,
         n_feasible=s.n_feasible,
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
         ttft_limit_ms=ttft_limit,
         tpot_limit_ms=tpot_limit,
-        near_tie=pol.routing.near_tie,
+        near_tie=routing.near_tie,
         est_tokens=est_tokens,
-        local_ttft_ms=s.ttft_ms,
-        local_tpot_ms=s.tpot_ms,
-        local_cost_usd=s.cost_usd,
-        local_usd_per_token=view.usd_per_token,
-        local_load=s.load,
-        local_load_cap=policy.model_load_cap[key],
-        local_eligible=s.eligible,
-        local_feasible=s.feasible,
-        local_region_ok=s.region_ok,
-        local_available=s.available,
-        local_has_capacity=view.has_capacity,
-        local_weight=view.weight,
-        pool_states=view.states,
     )

@@ -20,7 +20,15 @@ from router.health import HealthRecord, PoolState
 # Smoothing of the measured latency EWMAs: written by live.tables, replayed by the simulator.
 EWMA_ALPHA = 0.2
 
-__all__ = ["ModelView", "PoolRow", "PoolState", "Snapshot", "ViewLists"]
+__all__ = [
+    "ModelView",
+    "PoolRow",
+    "PoolState",
+    "RegionLists",
+    "RegionView",
+    "Snapshot",
+    "ViewLists",
+]
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ class ViewLists(NamedTuple):
     tpot_span_ms: list[float]
     tpot_measured_ms: list[float]
     tpot_queue_ms: list[float]
+    queue_output_ms: list[float]
     prefill_ms_per_token: list[float]
     inv_slots: list[float]
     one_minus_slots: list[float]
@@ -85,6 +94,49 @@ class ViewLists(NamedTuple):
     weight: list[float]
     has_capacity: list[bool]
     ready: list[bool]
+
+
+class RegionLists(NamedTuple):
+    """A RegionView's arrays as Python lists, for the scalar scoring."""
+
+    rtt_ms: list[float]
+    region_ok: list[bool]
+    ready_ok: list[bool]
+    slot_limit: list[float] | None
+
+
+@dataclass(frozen=True, eq=False)
+class RegionView:
+    """One model's pools as clients of one region see them: what ``rank`` would otherwise
+    work out per request from the policy's per-region arrays and the snapshot. Arrays
+    follow the ModelView's ``members``.
+
+    ``rtt_ms`` is the round trip to each pool (+inf where the region may not use it) and
+    ``region_ok`` whether it is finite. ``ready_ok`` is ``region_ok & ready``: the
+    eligible pools when no pool ramps and nothing is blocked; ``ready_priced`` is that
+    and priced, the base of feasibility then. ``load_cap`` is the policy's
+    ``model_load_cap`` for this region (None: no pool keeps a near-client reserve), and
+    ``slot_limit`` the most requests (in flight + this one) a pool may hold for this
+    region's clients: its batch slots less the reserve, whole slots (None with no cap).
+    """
+
+    rtt_ms: FloatArray
+    region_ok: BoolArray
+    ready_ok: BoolArray
+    ready_priced: BoolArray
+    load_cap: FloatArray | None
+    slot_limit: FloatArray | None
+
+    @cached_property
+    def lists(self) -> RegionLists:
+        """The arrays as lists, built on first use (see ModelView.lists)."""
+        limit = self.slot_limit
+        return RegionLists(
+            self.rtt_ms.tolist(),
+            self.region_ok.tolist(),
+            self.ready_ok.tolist(),
+            None if limit is None else limit.tolist(),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,12 +152,14 @@ class ModelView:
     taken at a heavier one cannot push every request away until the next snapshot).
     ``tpot_queue_ms`` is the TPOT at which queued work drains: a full batch's (a queue
     only forms behind a full batch, whatever load the last measurement saw), or the
-    measured one if that is slower.
+    measured one if that is slower; ``queue_output_ms`` is the model's expected output
+    tokens times that, what one request ahead holds a slot for beyond its prefill.
     ``inv_slots`` is 1 / batch slots (0 where a pool has no ready replica: such a pool is
     not eligible anyway); ``one_minus_slots`` is 1 - slots. ``usd_per_token`` is +inf
     where no price is known, and then ``priced`` is False. ``ready`` is ``available &
     has_capacity``, and ``full_weight`` says no pool is ramping (every weight is 1), so
-    the request path can skip the ramp draw.
+    the request path can skip the ramp draw. ``regions`` holds the view from each client
+    region of the policy (RegionView).
     """
 
     members: IntArray
@@ -114,6 +168,7 @@ class ModelView:
     tpot_span_ms: FloatArray
     tpot_measured_ms: FloatArray
     tpot_queue_ms: FloatArray
+    queue_output_ms: FloatArray
     prefill_ms_per_token: FloatArray
     inv_slots: FloatArray
     one_minus_slots: FloatArray
@@ -125,12 +180,28 @@ class ModelView:
     states: tuple[str, ...]
     ready: BoolArray
     full_weight: bool
+    regions: Mapping[str, RegionView]
 
     @cached_property
     def lists(self) -> ViewLists:
         """The arrays as lists, built on first use and kept with the (immutable) view: a
         NumPy-to-list conversion per array per request would cost as much as the scoring."""
         return ViewLists(*(getattr(self, name).tolist() for name in ViewLists._fields))
+
+    @cached_property
+    def rows(self) -> list[tuple[float, float, float, float, float, float, float, float]]:
+        """Per pool, what the scalar scoring's loop reads, as one tuple: prefill ms per
+        token, queue_output_ms, tpot_queue_ms, inv_slots, one_minus_slots, tpot_base_ms,
+        tpot_span_ms, tpot_measured_ms (unpacking a tuple is cheaper than eight list
+        reads)."""
+        v = self.lists
+        return list(
+            zip(
+                v.prefill_ms_per_token, v.queue_output_ms, v.tpot_queue_ms, v.inv_slots,
+                v.one_minus_slots, v.tpot_base_ms, v.tpot_span_ms, v.tpot_measured_ms,
+                strict=True,
+            )
+        )  # fmt: skip
 
 
 def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
@@ -155,26 +226,55 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
         # at the SLO's TPOT at least: a replica may admit sequences up to it.
         full = np.maximum(policy.tpot_ms[m], policy.concurrency[m] * 1000.0 / policy.goodput_tps[m])
         drain = np.maximum(full, policy.slo[spec.default_slo].tpot_ms)
+        tpot_queue_ms = np.maximum(drain, measured_ms[m])
+        one_minus_slots = 1.0 - slots[m]
+        ready = snap.available[m] & has_capacity[m]
         out[model] = ModelView(
             members=m,
             inflight=snap.inflight[m],
             tpot_base_ms=policy.tpot_ms[m],
             tpot_span_ms=full - policy.tpot_ms[m],
             tpot_measured_ms=measured_ms[m],
-            tpot_queue_ms=np.maximum(drain, measured_ms[m]),
+            tpot_queue_ms=tpot_queue_ms,
+            queue_output_ms=spec.expected_output_tokens * tpot_queue_ms,
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
-            one_minus_slots=1.0 - slots[m],
+            one_minus_slots=one_minus_slots,
             usd_per_token=per_token[m],
             priced=priced[m],
             available=snap.available[m],
             weight=snap.weight[m],
             has_capacity=has_capacity[m],
             states=tuple(states[i] for i in m),
-            ready=snap.available[m] & has_capacity[m],
+            ready=ready,
             full_weight=bool(np.all(snap.weight[m] >= 1.0)),
+            regions={
+                region: _region_view(policy, (region, model), one_minus_slots, ready, priced[m])
+                for region in policy.rtt_ms
+            },
         )
     return out
+
+
+def _region_view(
+    policy: CompiledPolicy,
+    key: tuple[str, str],
+    one_minus_slots: FloatArray,
+    ready: BoolArray,
+    priced: BoolArray,
+) -> RegionView:
+    rtt, cap = policy.model_rtt_ms[key], policy.model_load_cap[key]
+    region_ok = np.isfinite(rtt)
+    limit = None
+    if cap is not None:
+        # The reserve is whole slots, the share kept for near clients rounded down: a
+        # pool of a few slots (long prompts make slots dear) is not kept from far
+        # clients for a fraction of a slot that nobody can use.
+        # (At least 1e-9 slots: a pool with none is not eligible, and -inf x 0 is NaN.)
+        slots = np.maximum(1.0 - one_minus_slots, 1e-9)
+        limit = slots - np.floor((1.0 - cap) * slots + 1e-9)
+    ready_ok = region_ok & ready
+    return RegionView(rtt, region_ok, ready_ok, ready_ok & priced, cap, limit)
 
 
 @dataclass(frozen=True, eq=False)

@@ -192,9 +192,10 @@ class Skyroute(RoutingPolicy, name="skyroute"):
         mix = TrafficMix(self.prompt_mean, self.output_mean)
         snapshot = self._snapshot(now, fleet)
         ranking = rank(request, self.spec.compiled, snapshot, fleet.inflight, mix=mix)
-        if len(ranking.order) == 0:
+        first = next(ranking.tried(), None)
+        if first is None:
             return self.fallback(client, fleet)
-        return self.local[int(ranking.order[0])]
+        return self.local[first[0]]
 
     def observe(self, client: int, pool: int, latency_s: float, output_tokens: int) -> None:
         """A response finished: its output joins the traffic mix."""

@@ -11,7 +11,7 @@ this replica's in-flight counts and ejections, both fallbacks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -19,9 +19,16 @@ import pytest
 from router.compiled import CompiledPolicy, compile_policy
 from router.health import HealthRecord, PoolState
 from router.policy import Policy
-from router.score_core import MAX_SCALAR_POOLS, Scored, TrafficMix, score_scalar, score_vector
+from router.score_core import (
+    MAX_SCALAR_POOLS,
+    ScalarScored,
+    TrafficMix,
+    VectorScored,
+    score_scalar,
+    score_vector,
+)
 from router.scoring import RouteRequest, rank
-from router.snapshot import PoolRow, Snapshot
+from router.snapshot import ModelView, PoolRow, Snapshot
 
 LOCATIONS = ["aws:us-east-1", "aws:eu-west-1", "gcp:us-central1", "azure:eastus"]
 CASES = 400
@@ -90,12 +97,19 @@ def random_row(rng: np.random.Generator) -> PoolRow:
     )
 
 
-def both(rng: np.random.Generator) -> tuple[Scored, Scored]:
+class Both(NamedTuple):
+    fast: ScalarScored
+    ref: VectorScored
+    view: ModelView
+    est_tokens: int
+    near_tie: float
+
+
+def both(rng: np.random.Generator) -> Both:
     policy = random_policy(rng)
     snap = Snapshot.build(policy, {p: random_row(rng) for p in policy.pool_ids}, 100.0)
     view = snap.views["m"]
     region = str(rng.choice(["near", "far"]))
-    key = (region, "m")
     members = view.members.tolist()
     allowed = (
         [policy.regions[i] in {"aws:us-east-1", "gcp:us-central1"} for i in members]
@@ -114,13 +128,14 @@ def both(rng: np.random.Generator) -> tuple[Scored, Scored]:
         if rng.random() < 0.5
         else None
     )
+    est_tokens = int(rng.integers(10, 6000))
     args = (
-        view, policy, key, allowed, local, blocked, int(rng.integers(1, 4000)), 211,
-        int(rng.integers(10, 6000)), slo.ttft_ms * policy.keep_ttft,
+        view, view.regions[region], allowed, local, blocked, int(rng.integers(1, 4000)),
+        est_tokens, slo.ttft_ms * policy.keep_ttft,
         slo.tpot_ms * policy.keep_tpot, ramp_draw, routing.near_tie,
         routing.fallback == "fastest", mix,
     )  # fmt: skip
-    return score_scalar(*args), score_vector(*args)
+    return Both(score_scalar(*args), score_vector(*args), view, est_tokens, routing.near_tie)
 
 
 @pytest.mark.parametrize("block", range(4))
@@ -130,27 +145,34 @@ def test_scalar_scoring_equals_the_vectorised_reference(block: int) -> None:
 
 
 def check_same(seed: int) -> None:
-    fast, ref = both(np.random.default_rng(seed))
-    for name in ("ttft_ms", "tpot_ms", "cost_usd", "load"):
+    fast, ref, view, est_tokens, _ = both(np.random.default_rng(seed))
+    for name in ("ttft_ms", "tpot_ms", "load"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(ref, name), f"{name} {seed}")
     for name in ("eligible", "feasible", "region_ok", "available"):
-        assert getattr(fast, name).tolist() == getattr(ref, name).tolist(), (name, seed)
-    assert fast.local_order.dtype == ref.local_order.dtype
-    assert fast.local_order.tolist() == ref.local_order.tolist(), seed
-    assert fast.order.tolist() == ref.order.tolist(), seed
+        assert getattr(fast, name) == getattr(ref, name).tolist(), (name, seed)
+    assert fast.local_order == ref.local_order.tolist(), seed
     assert fast.n_feasible == ref.n_feasible, seed
+    # The attempts (pool, TTFT, cost, USD per token), as the request path reads them.
+    assert list(fast.attempts(view, est_tokens)) == list(ref.attempts(view, est_tokens)), seed
 
 
 def test_the_random_cases_reach_every_kind_of_ranking() -> None:
     """The property above means little unless the draws produce single and several
     feasible pools, near-ties, fallbacks and empty orders."""
     seen = set()
+    ties_seen = set()
     for seed in range(CASES):
-        _, ref = both(np.random.default_rng(seed))
+        _, ref, view, est_tokens, near_tie = both(np.random.default_rng(seed))
         fallback = len(ref.local_order) > ref.n_feasible
         seen.add((min(ref.n_feasible, 2), fallback, len(ref.local_order) == 0))
+        cost = est_tokens * view.usd_per_token[ref.feasible]
+        if len(cost):
+            ties = np.count_nonzero(cost <= cost.min() * (1.0 + near_tie))
+            ties_seen.add((min(int(ties), 2), ties < len(cost)))
     assert {(0, False, True), (1, False, False), (2, False, False), (0, True, False),
             (2, True, False)} <= seen  # fmt: skip
+    # A lone cheapest and a group of near ties, each with and without dearer pools after.
+    assert ties_seen == {(1, False), (1, True), (2, False), (2, True)}
 
 
 def test_rank_gives_the_same_ranking_above_and_below_the_scalar_threshold() -> None:
@@ -165,9 +187,9 @@ def test_rank_gives_the_same_ranking_above_and_below_the_scalar_threshold() -> N
         view = snap.views["m"]
         slo = policy.slo["interactive"]
         ref = score_vector(
-            view, policy, ("far", "m"), None, None, None, 700, 211, ranking.est_tokens,
+            view, view.regions["far"], None, None, None, 700, ranking.est_tokens,
             slo.ttft_ms * policy.keep_ttft, slo.tpot_ms * policy.keep_tpot, 0.0,
             policy.policy.routing.near_tie, policy.policy.routing.fallback == "fastest",
         )  # fmt: skip
-        assert ranking.order.tolist() == ref.order.tolist()
+        assert ranking.order.tolist() == view.members[ref.local_order].tolist()
         np.testing.assert_array_equal(ranking.local_ttft_ms, ref.ttft_ms)
