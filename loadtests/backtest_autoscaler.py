@@ -9,7 +9,7 @@ x10, a level shift, more noise), each replayed with the same settings.
         [--quantiles 0.99,0.995] [--cooldown-s 0] [--scale-down-margin 0]
         [--scale-down-window-s 600] [--no-forecast-table]
     .venv/bin/python loadtests/backtest_autoscaler.py --variants [--series FILE]
-        [--quantiles 0.99] [--jobs 2]
+        [--quantiles 0.99] [--jobs 2] [--seed 21]
 
 How the replay is set up (assumptions, also printed):
 
@@ -83,7 +83,14 @@ try:
         replay,
         scaler_config,
     )
-    from loadtests.backtest_series import DEFAULT_SERIES, Series, read_series, variants, wape
+    from loadtests.backtest_series import (
+        DEFAULT_SERIES,
+        VARIANT_SEED,
+        Series,
+        read_series,
+        variants,
+        wape,
+    )
 except ModuleNotFoundError:  # run as a script: this directory is on sys.path
     from backtest_fleet import (  # type: ignore[no-redef,import-not-found]
         MAX_REPLICAS,
@@ -108,6 +115,7 @@ except ModuleNotFoundError:  # run as a script: this directory is on sys.path
     )
     from backtest_series import (  # type: ignore[no-redef,import-not-found]
         DEFAULT_SERIES,
+        VARIANT_SEED,
         Series,
         read_series,
         variants,
@@ -205,11 +213,13 @@ def variants_table(results: Sequence[VariantResult]) -> str:
     return table(head, rows)
 
 
-def print_variants(base: Series, path: Path, config: ScalerConfig, jobs: int) -> None:
-    """Replay ``base`` and its variants with ``config`` (``jobs`` processes) and print
-    the settings and one table."""
-    every = variants(base)
-    print(f"series {path} ({base.days:g} days; {base.note}); variants:")
+def print_variants(
+    base: Series, path: Path, config: ScalerConfig, jobs: int, seed: int = VARIANT_SEED
+) -> None:
+    """Replay ``base`` and its variants (drawn with ``seed``) with ``config`` (``jobs``
+    processes) and print the settings and one table."""
+    every = variants(base, seed)
+    print(f"series {path} ({base.days:g} days; {base.note}); variants (seed {seed}):")
     print(
         f"same settings for every variant: upper quantile q{100 * config.forecast.quantile:g} "
         f"calibrated online (gain {config.forecast.calibration_gain:g}), headroom "
@@ -248,12 +258,16 @@ def main() -> None:
         help="replay the series and its synthetic variants with the same settings, one table",
     )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="for --variants")
+    parser.add_argument(
+        "--seed", type=int, default=VARIANT_SEED,
+        help="for --variants: draws other gaps and noise, variants the settings never saw",
+    )  # fmt: skip
     args = parser.parse_args()
     base = read_series(args.series)
     damping = (args.cooldown_s, args.scale_down_margin, args.scale_down_window_s)
     if args.variants:
         config = scaler_config(float(args.quantiles.split(",")[0]), *damping)
-        print_variants(base, args.series, config, args.jobs)
+        print_variants(base, args.series, config, args.jobs, args.seed)
         return
     policy = backtest_policy()
     prices = catalog_prices(policy)

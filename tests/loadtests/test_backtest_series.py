@@ -62,6 +62,18 @@ def test_the_variants_are_the_series_reshaped_the_same_way_every_time() -> None:
     assert 0.1 < float(noise.std()) < 0.2
 
 
+def test_another_seed_draws_other_gaps_and_noise_and_the_same_scales_and_shift() -> None:
+    rng = np.random.default_rng(0)
+    rate = 100.0 + 50.0 * rng.random(14 * DAY)
+    base = Series("s", rate, rate.copy())
+    usual = {v.name: v for v in variants(base)}
+    other = {v.name: v for v in variants(base, seed=7)}
+    for name in ("gaps", "noisier"):
+        assert not np.array_equal(usual[name].observed, other[name].observed), name
+    for name in ("original", "x0.1 scale", "x10 scale", "level shift"):
+        assert np.array_equal(usual[name].observed, other[name].observed), name
+
+
 def test_errors_are_finite_with_zero_and_unknown_windows() -> None:
     actual = np.asarray([0.0, 10.0, np.nan, 20.0, 0.0])
     forecast = np.asarray([1.0, 12.0, 5.0, 18.0, 0.0])
