@@ -1,8 +1,10 @@
 """Choose a replica inside the chosen pool: least predicted wait, prefix and session affinity.
 
 ``ReplicaChooser.choose(request, table, timing, prefix_affinity=...)`` is pure arithmetic
-over one pool's replicas (no I/O, no clock, vectorised with NumPy); the only state is
-what ``record`` taught it: the approximate prefix index and the session map.
+over one pool's replicas (no I/O, no clock): NumPy over the whole pool for the load
+bound, the hash and the least wait, and a scalar pass over one candidate per matched
+prefix depth for affinity. The only state is what ``record`` taught it: the approximate
+prefix index and the session map.
 
 1. Bounded load (consistent hashing with bounded loads, Mirrokni et al. 2018): a replica
    is eligible only if taking the request keeps its load within ``load_factor`` (c) x the
@@ -35,7 +37,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +45,7 @@ import numpy.typing as npt
 from base.errors import RoutingError
 from base.types import BoolArray, FloatArray
 from router.prefix_index import PrefixIndex, stable_hash64
+from router.replica_keys import Matched, ReplicaKeys
 
 __all__ = [
     "AffinitySettings",
@@ -59,9 +62,6 @@ _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 _MEMO_TABLES = 1024
-# Above this many replicas in one match level, unpacking the mask beats walking its bits.
-_FEW_BITS = 8
-_MEMO_MASKS = 4096
 # Scores this close (ms) are equal: such replicas take turns.
 _TIE_MS = 1e-6
 # Beyond any real load: the last interpolation point of the wait curve.
@@ -180,18 +180,28 @@ class ReplicaChoice:
     predicted_ms: float
 
 
-@dataclass(frozen=True, eq=False)
-class _Keys:
-    """Per replica set, computed once per tuple of ids: rendezvous salts, where each
-    replica's index slot is (``slots[position]``, ``position[slot]``, all as one mask),
-    and masks already unpacked to per-position booleans."""
+@dataclass(frozen=True, slots=True)
+class _Wait:
+    """``ReplicaChooser._wait_ms`` for one timing: as interpolation points (``xs``,
+    ``ys``: it is piecewise linear in the load, with breaks at ``slots - 1`` and
+    ``slots``, so ``np.interp`` evaluates it exactly for a whole pool in one call) and as
+    the constants of its scalar form. ``strict``: it grows with every unit of load, so
+    the least loaded replica is the one of least wait."""
 
-    salts: npt.NDArray[np.uint64]
-    position: dict[int, int]
-    slots: npt.NDArray[np.intp]
-    present: int
-    nbytes: int
-    unpacked: dict[int, BoolArray] = field(default_factory=dict)
+    xs: FloatArray
+    ys: FloatArray
+    slots: float
+    step_ms: float
+    drain_ms: float
+    strict: bool
+    prefill_ms_per_token: float
+
+    def ms(self, load: float) -> float:
+        """The wait for a request joining ``load`` requests, ms."""
+        ahead = load + 1.0 - self.slots
+        return (ahead * self.drain_ms if ahead > 0.0 else 0.0) + min(
+            load, self.slots
+        ) * self.step_ms
 
 
 class ReplicaChooser:
@@ -201,8 +211,8 @@ class ReplicaChooser:
         self.settings = settings or AffinitySettings()
         self.index = PrefixIndex(self.settings.blocks_per_replica)
         self._sessions: OrderedDict[str, str] = OrderedDict()
-        self._keys: dict[tuple[str, ...], _Keys] = {}
-        self._curves: dict[PoolTiming, tuple[FloatArray, FloatArray]] = {}
+        self._keys: dict[tuple[str, ...], ReplicaKeys] = {}
+        self._waits: dict[PoolTiming, _Wait] = {}
         self._turn = 0
 
     def choose(
@@ -224,33 +234,43 @@ class ReplicaChooser:
         n = int(np.count_nonzero(avail))
         if n == 0:
             raise RoutingError("no replica of the pool is available")
-        total = float(np.dot(load, avail))
+        if n == len(load):
+            total = float(load.sum())
+            low_at = int(load.argmin())
+        else:
+            total = float(np.dot(load, avail))
+            low_at = int(np.where(avail, load, np.inf).argmin())
+        low = float(load[low_at])
         bound = math.ceil(self.settings.load_factor * (total + 1.0) / n)
         bound = max(bound, min(self.settings.min_bound, timing.slots))
-        eligible = avail & (load <= bound - 1.0)
-        if not eligible.any():
-            eligible = avail & (load <= load[avail].min())
+        # Eligible: available with load <= cap. Whole-request loads always leave the least
+        # loaded replica under the bound; should fractional ones not, the least loaded are.
+        cap = bound - 1.0 if low <= bound - 1.0 else low
 
         keys = self._keys_of(table.ids)
         hashes = request.block_hashes
-        depth = self._depths(hashes, keys) if prefix_affinity and hashes else None
+        matched: list[Matched] = []
+        if prefix_affinity and hashes:
+            levels = self.index.match(hashes)
+            if levels:
+                matched = keys.matched(levels)
         sid = request.session_id
         if sid is not None:
             last = self._sessions.get(sid)
-            if last is not None and last in table.ids:
-                at = table.ids.index(last)
-                if eligible[at]:
-                    return self._answer(table, at, "session", request, load, timing, depth)
-        curve = self._curve(timing)
-        if depth is not None:
-            limit = float(max(request.prompt_tokens - 1, 0))
-            cached = np.minimum(depth * float(self.settings.block_tokens), limit)
-            score = np.interp(load, *curve) - timing.prefill_ms_per_token * cached
-            # Plain argmin: matched replicas rarely tie, and turns cost ~3 µs here.
-            at = int(np.where(eligible, score, np.inf).argmin())
-            reason = "prefix" if depth[at] > 0 else "least_wait"
-            return self._answer(table, at, reason, request, load, timing, depth)
+            at = keys.at.get(last) if last is not None else None
+            if at is not None and avail[at] and load[at] <= cap:
+                blocks = next((b for b, where in matched if at in where), 0)
+                return self._answer(table, at, "session", request, float(load[at]), timing, blocks)
+        wait = self._wait_of(timing)
+        if matched:
+            if wait.strict:
+                at, blocks = self._best_matched(request, matched, load, avail, cap, wait, low_at)
+            else:
+                at, blocks = self._best_matched_all(request, matched, load, avail, cap, wait)
+            reason = "prefix" if blocks > 0 else "least_wait"
+            return self._answer(table, at, reason, request, float(load[at]), timing, blocks)
 
+        eligible = avail & (load <= cap)
         key = stable_hash64(sid) if sid is not None else None
         if key is None and prefix_affinity and hashes:
             key = hashes[0] & _U64
@@ -263,10 +283,10 @@ class ReplicaChooser:
             x *= _M2
             x ^= x >> _S33
             at = int(np.where(eligible, x, np.uint64(0)).argmax())
-            return self._answer(table, at, "hash", request, load, timing, None)
+            return self._answer(table, at, "hash", request, float(load[at]), timing, 0)
 
-        at = self._best(eligible, np.interp(load, *curve))
-        return self._answer(table, at, "least_wait", request, load, timing, None)
+        at = self._best(eligible, np.interp(load, wait.xs, wait.ys))
+        return self._answer(table, at, "least_wait", request, float(load[at]), timing, 0)
 
     def record(self, request: ReplicaRequest, replica_id: str, *, prefix_affinity: bool) -> None:
         """Learn that ``replica_id`` served ``request`` (call it with the replica that
@@ -301,6 +321,69 @@ class ReplicaChooser:
         self.index.forget(replica_id)
         self._keys.clear()
 
+    def _best_matched(
+        self,
+        request: ReplicaRequest,
+        matched: list[Matched],
+        load: FloatArray,
+        avail: BoolArray,
+        cap: float,
+        wait: _Wait,
+        low_at: int,
+    ) -> tuple[int, int]:
+        """Least predicted time to first token among the eligible replicas: ``(position,
+        matched blocks)``, ties to the lower position, as an argmin over the pool would.
+
+        The wait being strict, the best replica holding a given depth is its least loaded
+        eligible one, and the best unmatched one is the least loaded (``low_at``); so
+        only one candidate per depth is scored, where whole-pool arrays cost ~10 NumPy
+        calls."""
+        block_tokens = self.settings.block_tokens
+        limit = max(request.prompt_tokens - 1, 0)
+        prefill = wait.prefill_ms_per_token
+        best_at, best_blocks = low_at, 0
+        best = wait.ms(float(load[low_at]))
+        for blocks, positions in matched:
+            # Equal depth, equal prefill saved: the least loaded eligible one is the best.
+            at, held = -1, math.inf
+            if isinstance(positions, list):
+                for i in positions:
+                    here = float(load[i])
+                    if here < held and here <= cap and avail[i]:
+                        at, held = i, here
+            else:
+                loads = np.where(avail[positions], load[positions], np.inf)
+                j = int(loads.argmin())
+                if loads[j] <= cap:
+                    at, held = int(positions[j]), float(loads[j])
+            if at < 0:
+                continue
+            score = wait.ms(held) - prefill * min(blocks * block_tokens, limit)
+            if score < best or (score == best and at < best_at):
+                best_at, best_blocks, best = at, blocks, score
+        return best_at, best_blocks
+
+    def _best_matched_all(
+        self,
+        request: ReplicaRequest,
+        matched: list[Matched],
+        load: FloatArray,
+        avail: BoolArray,
+        cap: float,
+        wait: _Wait,
+    ) -> tuple[int, int]:
+        """As ``_best_matched`` for a wait that is not strict: the same scores over the
+        whole pool as arrays."""
+        depth = np.zeros(len(load))
+        for blocks, positions in matched:
+            depth[positions] = blocks
+        limit = float(max(request.prompt_tokens - 1, 0))
+        cached = np.minimum(depth * float(self.settings.block_tokens), limit)
+        score = np.interp(load, wait.xs, wait.ys) - wait.prefill_ms_per_token * cached
+        # Plain argmin: matched replicas rarely tie, and turns cost ~3 µs here.
+        at = int(np.where(avail & (load <= cap), score, np.inf).argmin())
+        return at, int(depth[at])
+
     def _best(self, eligible: BoolArray, score: FloatArray) -> int:
         """The eligible replica of least score; equal bests take turns (one turn per
         ``record``), so an idle pool is not filled from its first replica up."""
@@ -308,53 +391,15 @@ class ReplicaChooser:
         ties = np.flatnonzero(masked <= masked.min() + _TIE_MS)
         return int(ties[self._turn % len(ties)]) if len(ties) > 1 else int(ties[0])
 
-    def _keys_of(self, ids: tuple[str, ...]) -> _Keys:
+    def _keys_of(self, ids: tuple[str, ...]) -> ReplicaKeys:
         found = self._keys.get(ids)
         if found is not None:
             return found
         if len(self._keys) >= _MEMO_TABLES:
             self._keys.clear()
-        salts = np.array([stable_hash64(rid) for rid in ids], dtype=np.uint64)
-        slots = [self.index.slot(rid) for rid in ids]
-        keys = _Keys(
-            salts=salts,
-            position={slot: i for i, slot in enumerate(slots)},
-            slots=np.array(slots, dtype=np.intp),
-            present=sum(1 << slot for slot in slots),
-            nbytes=max(slots, default=0) // 8 + 1,
-        )
+        keys = ReplicaKeys.build(ids, self.index)
         self._keys[ids] = keys
         return keys
-
-    def _depths(self, hashes: Sequence[int], keys: _Keys) -> FloatArray | None:
-        """Matched leading blocks per replica of the table; None if none matches."""
-        levels = self.index.match(hashes)
-        if not levels:
-            return None
-        depth = np.zeros(len(keys.slots))
-        found = False
-        for blocks, level in levels:
-            rest = level & keys.present
-            if not rest:
-                continue
-            found = True
-            if rest.bit_count() > _FEW_BITS:
-                # A prefix many replicas hold (a common system prompt): unpack the mask,
-                # once per distinct mask, as the same few recur request after request.
-                held = keys.unpacked.get(rest)
-                if held is None:
-                    if len(keys.unpacked) >= _MEMO_MASKS:
-                        keys.unpacked.clear()
-                    raw = np.frombuffer(rest.to_bytes(keys.nbytes, "little"), dtype=np.uint8)
-                    held = np.unpackbits(raw, bitorder="little")[keys.slots] > 0
-                    keys.unpacked[rest] = held
-                depth[held] = blocks
-                continue
-            while rest:
-                low = rest & -rest
-                depth[keys.position[low.bit_length() - 1]] = blocks
-                rest ^= low
-        return depth if found else None
 
     @staticmethod
     def _wait_ms(load: float, timing: PoolTiming) -> float:
@@ -366,18 +411,25 @@ class ReplicaChooser:
         drain_ms = timing.mean_output_tokens * timing.tpot_full_ms / slots
         return ahead * drain_ms + min(load, slots) * step_ms
 
-    def _curve(self, timing: PoolTiming) -> tuple[FloatArray, FloatArray]:
-        """``_wait_ms`` as interpolation points: it is piecewise linear in the load with
-        breaks at ``slots - 1`` and ``slots``, so ``np.interp`` evaluates it exactly for a
-        whole pool in one call."""
-        found = self._curves.get(timing)
+    def _wait_of(self, timing: PoolTiming) -> _Wait:
+        found = self._waits.get(timing)
         if found is not None:
             return found
         slots = float(timing.slots)
         xs = [0.0, slots - 1.0, slots, _LOAD_MAX] if slots > 1 else [0.0, 1.0, _LOAD_MAX]
-        curve = (np.array(xs), np.array([self._wait_ms(x, timing) for x in xs]))
-        self._curves[timing] = curve
-        return curve
+        step_ms = (timing.tpot_full_ms - timing.tpot_base_ms) / slots
+        drain_ms = timing.mean_output_tokens * timing.tpot_full_ms / slots
+        wait = _Wait(
+            xs=np.array(xs),
+            ys=np.array([self._wait_ms(x, timing) for x in xs]),
+            slots=slots,
+            step_ms=step_ms,
+            drain_ms=drain_ms,
+            strict=step_ms > 0.0 and drain_ms > 0.0,
+            prefill_ms_per_token=timing.prefill_ms_per_token,
+        )
+        self._waits[timing] = wait
+        return wait
 
     def _answer(
         self,
@@ -385,15 +437,14 @@ class ReplicaChooser:
         at: int,
         reason: str,
         request: ReplicaRequest,
-        load: FloatArray,
+        load: float,
         timing: PoolTiming,
-        depth: FloatArray | None,
+        blocks: int,
     ) -> ReplicaChoice:
         prompt = request.prompt_tokens
-        blocks = 0 if depth is None else int(depth[at])
         matched = min(blocks * self.settings.block_tokens, max(prompt - 1, 0))
         predicted = (
-            self._wait_ms(float(load[at]), timing)
+            self._wait_ms(load, timing)
             + timing.tpot_base_ms
             + timing.prefill_ms_per_token * (prompt - matched)
         )

@@ -315,3 +315,51 @@ def test_a_prefix_many_replicas_hold_goes_to_the_least_loaded_of_them() -> None:
         prompt(SYSTEM + "?"), ReplicaTable.build(ids, inflight), TIMING, prefix_affinity=True
     )
     assert (choice.replica_id, choice.reason) == ("r7", "prefix")
+
+
+def _reference_prefix_choice(
+    chooser: ReplicaChooser, request: ReplicaRequest, t: ReplicaTable, timing: PoolTiming
+) -> int:
+    """The definition, over the whole pool: the eligible replica of least predicted time
+    to first token (lowest position on ties), matched prefixes as skipped prefill."""
+    load = np.fmax(t.inflight, t.engine_queue)
+    avail = t.available
+    n = int(avail.sum())
+    bound = math.ceil(chooser.settings.load_factor * (float(load[avail].sum()) + 1.0) / n)
+    bound = max(bound, min(chooser.settings.min_bound, timing.slots))
+    eligible = avail & (load <= bound - 1.0)
+    if not eligible.any():
+        eligible = avail & (load <= load[avail].min())
+    depth = np.zeros(len(t.ids))
+    for blocks, mask in chooser.index.match(request.block_hashes):
+        for i, rid in enumerate(t.ids):
+            if mask >> chooser.index.slot(rid) & 1:
+                depth[i] = blocks
+    cached = np.minimum(depth * chooser.settings.block_tokens, max(request.prompt_tokens - 1, 0))
+    wait = [ReplicaChooser._wait_ms(float(x), timing) for x in load]
+    score = np.array(wait) - timing.prefill_ms_per_token * cached
+    return int(np.where(eligible, score, np.inf).argmin())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prefix_choice_equals_the_whole_pool_argmin(seed: int) -> None:
+    """Scoring only the least loaded replica per matched depth picks what an argmin over
+    every replica would: narrow and wide (unpacked) masks, replicas unavailable,
+    fractional engine loads, loads over the bound."""
+    rng = np.random.default_rng(seed)
+    ids = tuple(f"10.2.0.{i}:8000" for i in range(40))
+    chooser = ReplicaChooser(AffinitySettings(block_tokens=64))
+    prefixes = [[int(x) for x in rng.integers(1, 2**62, size=6)] for _ in range(12)]
+    for _ in range(400):
+        hashes = prefixes[int(rng.integers(12))][: int(rng.integers(1, 7))]
+        chooser.record(
+            ReplicaRequest(400, hashes), ids[int(rng.integers(40))], prefix_affinity=True
+        )
+    for _ in range(200):
+        engine = np.where(rng.random(40) < 0.3, rng.random(40) * 30, np.nan)
+        t = ReplicaTable.build(ids, rng.integers(0, 25, size=40), engine, rng.random(40) < 0.85)
+        if not t.available.any():
+            continue
+        request = ReplicaRequest(int(rng.integers(1, 500)), prefixes[int(rng.integers(12))])
+        choice = chooser.choose(request, t, TIMING, prefix_affinity=True)
+        assert choice.index == _reference_prefix_choice(chooser, request, t, TIMING)
