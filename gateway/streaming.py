@@ -12,6 +12,7 @@ import orjson
 # (where quotes are escaped), so a byte search finds candidate events without parsing.
 _ERROR_KEYS = (b'"error":', b'"error" :')
 _USAGE_KEYS = (b'"usage":{', b'"usage": {')
+_KEYS = _USAGE_KEYS + _ERROR_KEYS
 
 
 @dataclass
@@ -37,15 +38,25 @@ class StreamWatch:
         if not self.first_at:
             self.first_at = now
         self.last_at = now
-        lines = (self._partial + chunk).split(b"\n") if self._partial else chunk.split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            self.events += 1
-            if line.startswith(b"data: [DONE]"):
-                self.done = True
-            if any(k in line for k in _USAGE_KEYS) or any(k in line for k in _ERROR_KEYS):
+        data = self._partial + chunk if self._partial else chunk
+        # Complete lines end at ``cut``; the rest waits for the next chunk. Searches are
+        # bounded by ``cut`` rather than slicing, and count line starts (``\ndata:``):
+        # generated text escapes its newlines, so only real SSE lines match.
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        if not cut:
+            return
+        self.events += data.count(b"\ndata:", 0, cut) + data.startswith(b"data:")
+        if data.startswith(b"data: [DONE]") or data.find(b"\ndata: [DONE]", 0, cut) >= 0:
+            self.done = True
+        for key in _KEYS:
+            if data.find(key, 0, cut) >= 0:
+                break
+        else:
+            return
+        # Rare (the usage event, an error): parse the lines that may hold them.
+        for line in data[:cut].split(b"\n"):
+            if line.startswith(b"data:") and any(k in line for k in _KEYS):
                 self._parse(line[5:].strip())
 
     def _parse(self, data: bytes) -> None:

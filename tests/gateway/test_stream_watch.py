@@ -5,6 +5,8 @@ Times are plain floats standing in for ``time.perf_counter()``; no clock is read
 
 from __future__ import annotations
 
+import random
+
 import orjson
 import pytest
 
@@ -215,3 +217,29 @@ def test_error_event_is_seen_by_a_stream_watch() -> None:
     assert _fed(ROLE, error_event('bad "quote" and error: here')).error == (
         'bad "quote" and error: here'
     )
+
+
+def _by_lines(stream: bytes) -> tuple[int, bool, int | None, str | None]:
+    """The reference: the whole stream split into lines, each looked at."""
+    watch = StreamWatch()
+    events, done = 0, False
+    for line in stream.split(b"\n")[:-1]:
+        if line.startswith(b"data:"):
+            events += 1
+            done = done or line.startswith(b"data: [DONE]")
+            watch._parse(line[5:].strip())
+    return events, done, watch.completion_tokens, watch.error
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_any_chunking_finds_what_the_whole_stream_holds(seed: int) -> None:
+    """Cut anywhere (inside ``data:``, inside a key, between ``\\n`` and ``\\n``), the
+    counts and findings are those of the stream read line by line."""
+    rng = random.Random(seed)
+    parts = [ROLE] + [_token(rng.choice(["a", "data: x", "\\n", "é"])) for _ in range(6)]
+    parts += [rng.choice([FINISH, ERROR]), USAGE, b": keep-alive\n\n", DONE]
+    stream = b"".join(parts)
+    cuts = sorted(rng.sample(range(1, len(stream)), 12))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    watch = _fed(*chunks)
+    assert (watch.events, watch.done, watch.completion_tokens, watch.error) == _by_lines(stream)
