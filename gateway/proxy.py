@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from itertools import chain
 from typing import Any
 
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from adapters.upstream import UpstreamClient, UpstreamResponse
 from base.errors import (
@@ -29,6 +29,7 @@ from base.errors import (
 )
 from gateway.deadlines import first_byte_deadline_s, hedge_after_s
 from gateway.decisions import DecisionLog
+from gateway.event_stream import EventStreamResponse
 from gateway.finish import Attempt, RequestContext, RequestFinisher
 from gateway.hedging import race
 from gateway.metrics import GatewayMetrics
@@ -436,7 +437,7 @@ class Forwarder:
             attempt.replica.served()
         est_cost = route.est_tokens * attempt.usd_per_token if route.est_tokens else 0.0
         body_iter = self.relays.relay(first, chunks, resp, watch, attempt, route, started, ctx)
-        return StreamingResponse(
+        return EventStreamResponse(
             body_iter,
             media_type="text/event-stream",
             headers={**_SSE_HEADERS, **attempt.response_headers(est_cost)},
