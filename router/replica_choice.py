@@ -46,6 +46,7 @@ from base.errors import RoutingError
 from base.types import BoolArray, FloatArray
 from router.prefix_index import PrefixIndex, stable_hash64
 from router.replica_keys import Matched, ReplicaKeys
+from router.replica_timing import PoolTiming, WaitCurve, wait_ms
 
 __all__ = [
     "AffinitySettings",
@@ -64,8 +65,6 @@ _S33 = np.uint64(33)
 _MEMO_TABLES = 1024
 # Scores this close (ms) are equal: such replicas take turns.
 _TIE_MS = 1e-6
-# Beyond any real load: the last interpolation point of the wait curve.
-_LOAD_MAX = 1e12
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,26 +97,6 @@ class AffinitySettings:
             raise ValueError(
                 "min_bound, block_tokens, blocks_per_replica and max_sessions must be >= 1"
             )
-
-
-@dataclass(frozen=True, slots=True)
-class PoolTiming:
-    """One replica's latency envelope (the pool's profile). Times in ms.
-
-    ``slots`` is the batch size a replica runs at once; TPOT grows linearly from
-    ``tpot_base_ms`` (one sequence) to ``tpot_full_ms`` (all slots busy);
-    ``mean_output_tokens`` is how long a request ahead holds its slot.
-    """
-
-    slots: int
-    prefill_ms_per_token: float
-    tpot_base_ms: float
-    tpot_full_ms: float
-    mean_output_tokens: float = 200.0
-
-    def __post_init__(self) -> None:
-        if self.slots < 1 or self.tpot_full_ms < self.tpot_base_ms:
-            raise ValueError("slots must be >= 1 and tpot_full_ms >= tpot_base_ms")
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,30 +159,6 @@ class ReplicaChoice:
     predicted_ms: float
 
 
-@dataclass(frozen=True, slots=True)
-class _Wait:
-    """``ReplicaChooser._wait_ms`` for one timing: as interpolation points (``xs``,
-    ``ys``: it is piecewise linear in the load, with breaks at ``slots - 1`` and
-    ``slots``, so ``np.interp`` evaluates it exactly for a whole pool in one call) and as
-    the constants of its scalar form. ``strict``: it grows with every unit of load, so
-    the least loaded replica is the one of least wait."""
-
-    xs: FloatArray
-    ys: FloatArray
-    slots: float
-    step_ms: float
-    drain_ms: float
-    strict: bool
-    prefill_ms_per_token: float
-
-    def ms(self, load: float) -> float:
-        """The wait for a request joining ``load`` requests, ms."""
-        ahead = load + 1.0 - self.slots
-        return (ahead * self.drain_ms if ahead > 0.0 else 0.0) + min(
-            load, self.slots
-        ) * self.step_ms
-
-
 class ReplicaChooser:
     """Chooses replicas of one pool and learns from what it chose (one per pool)."""
 
@@ -212,7 +167,7 @@ class ReplicaChooser:
         self.index = PrefixIndex(self.settings.blocks_per_replica)
         self._sessions: OrderedDict[str, str] = OrderedDict()
         self._keys: dict[tuple[str, ...], ReplicaKeys] = {}
-        self._waits: dict[PoolTiming, _Wait] = {}
+        self._waits: dict[PoolTiming, WaitCurve] = {}
         self._turn = 0
 
     def choose(
@@ -261,7 +216,7 @@ class ReplicaChooser:
             if at is not None and avail[at] and load[at] <= cap:
                 blocks = next((b for b, where in matched if at in where), 0)
                 return self._answer(table, at, "session", request, float(load[at]), timing, blocks)
-        wait = self._wait_of(timing)
+        wait = self._waits.get(timing) or self._wait_of(timing)
         if matched:
             if wait.strict:
                 at, blocks = self._best_matched(request, matched, load, avail, cap, wait, low_at)
@@ -328,7 +283,7 @@ class ReplicaChooser:
         load: FloatArray,
         avail: BoolArray,
         cap: float,
-        wait: _Wait,
+        wait: WaitCurve,
         low_at: int,
     ) -> tuple[int, int]:
         """Least predicted time to first token among the eligible replicas: ``(position,
@@ -370,7 +325,7 @@ class ReplicaChooser:
         load: FloatArray,
         avail: BoolArray,
         cap: float,
-        wait: _Wait,
+        wait: WaitCurve,
     ) -> tuple[int, int]:
         """As ``_best_matched`` for a wait that is not strict: the same scores over the
         whole pool as arrays."""
@@ -401,34 +356,8 @@ class ReplicaChooser:
         self._keys[ids] = keys
         return keys
 
-    @staticmethod
-    def _wait_ms(load: float, timing: PoolTiming) -> float:
-        """Queueing plus one decode step for a request joining ``load`` requests, ms: the
-        part of the time to first token that depends on the replica's load."""
-        slots = timing.slots
-        ahead = max(load + 1.0 - slots, 0.0)
-        step_ms = (timing.tpot_full_ms - timing.tpot_base_ms) / slots
-        drain_ms = timing.mean_output_tokens * timing.tpot_full_ms / slots
-        return ahead * drain_ms + min(load, slots) * step_ms
-
-    def _wait_of(self, timing: PoolTiming) -> _Wait:
-        found = self._waits.get(timing)
-        if found is not None:
-            return found
-        slots = float(timing.slots)
-        xs = [0.0, slots - 1.0, slots, _LOAD_MAX] if slots > 1 else [0.0, 1.0, _LOAD_MAX]
-        step_ms = (timing.tpot_full_ms - timing.tpot_base_ms) / slots
-        drain_ms = timing.mean_output_tokens * timing.tpot_full_ms / slots
-        wait = _Wait(
-            xs=np.array(xs),
-            ys=np.array([self._wait_ms(x, timing) for x in xs]),
-            slots=slots,
-            step_ms=step_ms,
-            drain_ms=drain_ms,
-            strict=step_ms > 0.0 and drain_ms > 0.0,
-            prefill_ms_per_token=timing.prefill_ms_per_token,
-        )
-        self._waits[timing] = wait
+    def _wait_of(self, timing: PoolTiming) -> WaitCurve:
+        wait = self._waits[timing] = WaitCurve.of(timing)
         return wait
 
     def _answer(
@@ -444,7 +373,7 @@ class ReplicaChooser:
         prompt = request.prompt_tokens
         matched = min(blocks * self.settings.block_tokens, max(prompt - 1, 0))
         predicted = (
-            self._wait_ms(load, timing)
+            wait_ms(load, timing)
             + timing.tpot_base_ms
             + timing.prefill_ms_per_token * (prompt - matched)
         )

@@ -16,6 +16,7 @@ from router.replica_choice import (
     ReplicaRequest,
     ReplicaTable,
 )
+from router.replica_timing import wait_ms
 
 IDS = tuple(f"10.0.0.{i}:8000" for i in range(8))
 TIMING = PoolTiming(
@@ -336,7 +337,7 @@ def _reference_prefix_choice(
             if mask >> chooser.index.slot(rid) & 1:
                 depth[i] = blocks
     cached = np.minimum(depth * chooser.settings.block_tokens, max(request.prompt_tokens - 1, 0))
-    wait = [ReplicaChooser._wait_ms(float(x), timing) for x in load]
+    wait = [wait_ms(float(x), timing) for x in load]
     score = np.array(wait) - timing.prefill_ms_per_token * cached
     return int(np.where(eligible, score, np.inf).argmin())
 
