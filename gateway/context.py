@@ -115,7 +115,13 @@ def build_gateway(settings: GatewaySettings, tracing: Tracing | None = None) -> 
         await access.publish()
 
     store_url = check_database_url(settings.database_url or default_database_url())
-    store_sync = StoreSync(store_url, access_tables, settings.replica_id, on_restored)
+    store_sync = StoreSync(
+        store_url,
+        access_tables,
+        settings.replica_id,
+        on_restored,
+        external=settings.store_worker == "external",
+    )
     sync.on_recovery = store_sync.poke
     access.on_data_loss = store_sync.poke
     access.filled = AccessRefill(access_tables).filled

@@ -9,6 +9,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +35,11 @@ class GatewaySettings(BaseSettings):
     # The system of record: postgresql+asyncpg://... or sqlite+aiosqlite:///file.db;
     # unset, an embedded SQLite file in the user's data directory (store.url).
     database_url: str | None = None
+    # Where the store's background work runs (gateway.store_sync): "inline", in every
+    # gateway replica; "external", in a ``skyroute store-worker`` process of its own
+    # (the gateway then opens the store only for admin calls, and must not be run
+    # without a worker: usage would wait in Redis and no refill would happen).
+    store_worker: Literal["inline", "external"] = "inline"
     policy: Path = Path("policy.yaml")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)

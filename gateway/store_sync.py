@@ -16,18 +16,30 @@ the start-up path.
 
 The admin API writes tenants and keys to the store before Redis (``routes_tenants``);
 no request handler of the OpenAI API touches the store.
+
+With ``external=True`` (``SKYROUTE_STORE_WORKER=external``) the restore loop and the
+usage consumer run in their own process (``skyroute store-worker``, this same class
+with ``external=False``), not in every gateway replica. The gateway then opens the
+store only when a caller needs it (an admin call, an unknown key's look-up), so an idle
+replica never loads SQLAlchemy (about 22 MB), and no ledger writes share its CPU. It
+still watches for a refill it did not do itself (``AccessRefill.filled`` once a
+second, and at once when poked): after one, it republishes what only it knows (the
+policy's tenant limits, the bootstrap key) through ``on_restored``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from base.errors import StoreError, TableError
 from gateway.lazy_modules import import_off_loop
+from live.access_refill import AccessRefill
 from live.access_table import AccessTables
 
 if TYPE_CHECKING:
@@ -50,6 +62,9 @@ MISS_TTL_S = 1.0
 # takes a fraction of a second; the bound is for a database that does not answer, whose
 # callers then get the 503 the database's own failure would give them.
 STORE_OPEN_WAIT_S = 10.0
+# External mode: how soon after a failed opening a caller may start another (s), so that
+# requests with unknown keys cannot turn a database outage into an opening per request.
+_RETRY_OPEN_S = 1.0
 # What opening the store imports (SQLAlchemy and the rest of ``store/`` come with them).
 _STORE_MODULES = ("store.restore", "store.migrate", "store.consumer")
 
@@ -67,8 +82,10 @@ class StoreSync:
         *,
         restore_interval_s: float = 1.0,
         open_wait_s: float = STORE_OPEN_WAIT_S,
+        external: bool = False,
     ) -> None:
         self.url = url
+        self.external = external
         self.tables = tables
         self.replica_id = replica_id
         self.on_restored = on_restored
@@ -88,6 +105,8 @@ class StoreSync:
         self._opening: asyncio.Task[bool] | None = None
         self._opened = asyncio.Event()
         self._misses: dict[str, float] = {}
+        self._poked = asyncio.Event()
+        self._failed_at = -math.inf
 
     # -- counters for /metrics (zero until the store is open) -----------------------------
     @property
@@ -110,6 +129,8 @@ class StoreSync:
         """The store, once its first opening has finished; waits for that up to
         ``open_wait_s``. Raises StoreError if it has not finished by then, or if the
         store cannot be opened at all."""
+        if self.external and self._store is None:
+            self._open_for_callers()
         if not self._opened.is_set():
             try:
                 await asyncio.wait_for(self._opened.wait(), self.open_wait_s)
@@ -147,9 +168,11 @@ class StoreSync:
         return True
 
     def poke(self) -> None:
-        """Redis is reachable again: check at once whether it must be refilled."""
+        """Redis is reachable again, or has evidently lost its data: check at once
+        whether it must be (or has been) refilled."""
         if self._restorer is not None:
             self._restorer.poke()
+        self._poked.set()
 
     # -- the background task --------------------------------------------------------------
     async def _open(self) -> None:
@@ -165,6 +188,9 @@ class StoreSync:
         from store.store import Store  # noqa: PLC0415
 
         store = Store.open(self.url)
+        if self.external:
+            self._store = store
+            return
         self._restorer = RestoreLoop(
             store,
             self.tables,
@@ -213,12 +239,77 @@ class StoreSync:
                            type(exc).__name__, exc)  # fmt: skip
         return True
 
+    async def _open_on_demand(self) -> bool:
+        """External mode: open the store for a caller; False if that failed (logged; a
+        caller after ``_RETRY_OPEN_S`` tries again). The schema is the worker's to
+        migrate: two processes migrating a fresh database at once collide, and a
+        gateway older or newer than the worker must not move it. Until the worker has
+        migrated, store calls fail with StoreError (503)."""
+        try:
+            await self._open()
+        except Exception as exc:  # a broken install, a URL the engine refuses, a DB down
+            self._failure = f"{type(exc).__name__}: {exc}"
+            logger.warning("the store cannot be opened (%s); the admin API answers 503",
+                           self._failure)  # fmt: skip
+            if self._store is not None:
+                await self._store.close()
+            self._store = None
+            self._failed_at = time.monotonic()
+            return False
+        return True
+
+    def _open_for_callers(self) -> None:
+        """External mode: start an opening unless one is under way or the last one
+        failed less than ``_RETRY_OPEN_S`` ago (then callers get that failure)."""
+        opening = self._opening
+        if opening is not None and not opening.done():
+            return
+        if time.monotonic() - self._failed_at < _RETRY_OPEN_S:
+            return
+        self._opened.clear()
+        self._opening = asyncio.create_task(self._open_on_demand(), name="store-open")
+        self._opening.add_done_callback(lambda _: self._opened.set())
+
+    async def _watch_refills(self) -> None:
+        """External mode: call ``on_restored`` after every refill of Redis another
+        process (the worker) did, seen as a new mark of the refill sentinel; checks
+        every ``restore_interval_s`` and at a poke. Runs until cancelled."""
+        refill = AccessRefill(self.tables)
+        seen: str | None = None
+        started = False
+        while True:
+            try:
+                mark = await refill.last_refill()
+            except TableError:
+                mark = seen  # Redis is down: the sync loops report it
+            else:
+                if mark is None and (seen is not None or not started):
+                    logger.warning("redis lacks the access tables; waiting for the store "
+                                   "worker's refill")  # fmt: skip
+                elif mark is not None and started and mark != seen:
+                    try:
+                        await self.on_restored()
+                    except TableError as exc:
+                        logger.warning("redis was refilled from the store; republishing "
+                                       "this replica's tenant limits failed: %s", exc)  # fmt: skip
+                    else:
+                        logger.info("redis was refilled from the store; this replica's "
+                                    "tenant limits are republished")  # fmt: skip
+                seen, started = mark, True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), self.restore_interval_s)
+            self._poked.clear()
+
     async def run(self) -> None:
         """Open the store, then loop: migrate until it succeeds, then run the restore
         check and the usage consumer. Runs until cancelled, unless the store cannot be
-        opened at all (then it returns, having logged why)."""
+        opened at all (then it returns, having logged why). External mode: only watch
+        for refills; the store opens when a caller needs it."""
         if self.not_before is not None:
             await self.not_before.wait()
+        if self.external:
+            await self._watch_refills()
+            return
         self._opening = asyncio.create_task(self._first_attempt(), name="store-open")
         self._opening.add_done_callback(lambda _: self._opened.set())
         # Shielded: a shutdown lets the opening finish (``close``) rather than cut a
@@ -237,6 +328,7 @@ class StoreSync:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
         assert self._restorer is not None and self._consumer is not None
+        logger.info("store migrated; restore check and usage consumer running")
         await asyncio.gather(self._restorer.run(), self._consumer.run())
 
     async def close(self) -> None:

@@ -130,6 +130,15 @@ class AccessRefill:
         except RedisError as exc:
             raise TableError(f"reading the refill sentinel failed: {exc}") from exc
 
+    async def last_refill(self) -> str | None:
+        """The last refill's mark (unix s when it ran), None if Redis lost it: a change
+        means another process refilled Redis since. Raises TableError."""
+        try:
+            value = await self.tables.redis.get(self.sentinel)
+        except RedisError as exc:
+            raise TableError(f"reading the refill sentinel failed: {exc}") from exc
+        return None if value is None else value.decode() if isinstance(value, bytes) else str(value)
+
     def _ops(self, refill: Refill) -> _Ops:
         k = self.tables.key
         ops = _Ops(self.sentinel, k("usage"))

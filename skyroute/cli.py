@@ -134,6 +134,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("skyroute.autoscale_cmd", "measure a goodput profile against an engine"),
     "simulate": ("skyroute.simulate_cmd", "replay a request trace through routing policies"),
     "load": ("skyroute.load_cmd", "drive a bounded burst at the gateway; report the scaling"),
+    "store-worker": (
+        "skyroute.store_worker_cmd",
+        "migrate the store, refill Redis and write the usage ledger (gateways: external)",
+    ),
     "rollout": ("skyroute.rollout_cmd", "roll a new model version out: gate, shadow, canary"),
 }
 
