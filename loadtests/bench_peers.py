@@ -27,6 +27,7 @@ the benchmark can pin (its own, or ``SKYROUTE_REDIS_URL``'s server when it runs 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import secrets
@@ -119,6 +120,11 @@ async def phase(
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await closed_loop(session, load, concurrency, warmup)
+        # The store worker consumes on its own schedule (up to ~1 s behind): the warm-up's
+        # records are settled before its count starts, the phase's before it ends.
+        settle = 1.5 if t.worker else 0.0
+        await asyncio.sleep(settle)
+        s0 = tree_cpu_s(t.worker) if t.worker else 0.0
         p0 = tree_cpu_s(t.proc) if t.proc else 0.0
         w0 = worker_cpu_s(t.proc)
         e0, m0 = tree_cpu_s(engine), own_cpu_s()
@@ -126,12 +132,15 @@ async def phase(
         p1 = tree_cpu_s(t.proc) if t.proc else 0.0
         w1 = worker_cpu_s(t.proc)
         e1, m1 = tree_cpu_s(engine), own_cpu_s()
+        await asyncio.sleep(settle)
+        s1 = tree_cpu_s(t.worker) if t.worker else 0.0
     if len(w0) > 1 and len(w0) == len(w1):
         # Several workers on one port: the kernel's SO_REUSEPORT spread, by CPU used.
         split = [b - a for a, b in zip(w0, w1, strict=True)]
         print(f"    {t.name} workers' CPU split: "
               + " / ".join(f"{x / max(sum(split), 1e-9):.0%}" for x in split))  # fmt: skip
-    return tally.lat, tally.errors, tally.seconds, tally.first_error, (p1 - p0, e1 - e0, m1 - m0)
+    cpu = (p1 - p0, e1 - e0, m1 - m0, s1 - s0)
+    return tally.lat, tally.errors, tally.seconds, tally.first_error, cpu
 
 
 def worker_cpu_s(proc: psutil.Process | None) -> list[float]:
@@ -151,6 +160,7 @@ class Target:
     headers: dict[str, str]
     model: str
     proc: psutil.Process | None  # the proxy process (None for direct)
+    worker: psutil.Process | None = None  # skyroute's store worker, when it runs apart
 
 
 async def run_matrix(
@@ -162,7 +172,7 @@ async def run_matrix(
         for conc in args.concurrency:
             direct: Row | None = None
             for t in targets:
-                lat, errors, secs, first_error, (proxy_s, engine_s, me_s) = await phase(
+                lat, errors, secs, first_error, (proxy_s, engine_s, me_s, worker_s) = await phase(
                     t, stream, conc, args.duration, args.warmup, engine
                 )
                 n = max(len(lat) + errors, 1)
@@ -173,6 +183,7 @@ async def run_matrix(
                     proxy_cpu_ms_per_req=round(proxy_s * 1000 / n, 4) if t.proc else None,
                     engine_cpu_ms_per_req=round(engine_s * 1000 / n, 4),
                     loadgen_cpu_ms_per_req=round(me_s * 1000 / n, 4),
+                    worker_cpu_ms_per_req=round(worker_s * 1000 / n, 4) if t.worker else None,
                     first_error=first_error,
                 )  # fmt: skip
                 if direct is None:
@@ -200,7 +211,7 @@ def pin(args: argparse.Namespace, targets: list[Target], engine: psutil.Process,
     the same way). Redis shares the proxy's cores: its cost is the proxy's. Returns the
     assignment for the JSON config.
     """
-    gateways = [t.proc for t in targets if t.proc is not None]
+    gateways = [p for t in targets for p in (t.proc, t.worker) if p is not None]
     threads = sum(pin_threads(p, args.proxy_cpus) for p in gateways)
     if redis_proc is not None:
         threads += pin_threads(redis_proc, args.proxy_cpus)
@@ -276,11 +287,21 @@ def start_targets(
     }  # fmt: skip
     gw_cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve",
               "--workers", str(args.skyroute_workers)]  # fmt: skip
+    worker: psutil.Process | None = None
+    if args.skyroute_store_worker == "external":
+        gw_env |= {
+            "SKYROUTE_STORE_WORKER": "external",
+            "SKYROUTE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'store.db'}",
+        }
+        worker_cmd = [sys.executable, "-c", "from skyroute.cli import main; main()",
+                      "store-worker"]  # fmt: skip
+        worker = procs.start("store-worker", worker_cmd, args.src,
+                             gw_env | {"SKYROUTE_REPLICA_ID": "bench-store-worker"})  # fmt: skip
     gateway = procs.start("skyroute", gw_cmd, args.src, gw_env)
     gw_url = f"http://127.0.0.1:{port['skyroute']}"
     procs.wait_ready("skyroute", gw_url + "/readyz", 30, b'"ready"')
     targets.append(Target("skyroute", gw_url, {"authorization": f"Bearer {api_key}"}, MODEL,
-                          gateway))  # fmt: skip
+                          gateway, worker))  # fmt: skip
 
     if "portkey" in args.peers:
         target, notes["portkey"] = start_portkey(args, procs, engine_url, port["portkey"])

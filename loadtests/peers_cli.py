@@ -41,6 +41,11 @@ def parse_args(description: str) -> argparse.Namespace:
     names = ",".join(sorted(PORT_NAMES))
     parser.add_argument("--ports", default="", help=f"name=port,... of {names}; others free")
     parser.add_argument("--skyroute-workers", type=int, default=1)
+    parser.add_argument("--skyroute-store-worker", choices=("inline", "external"),
+                        default="inline",
+                        help="external: the ledger writer and Redis refill run in a "
+                        "`skyroute store-worker` process, pinned with the gateway; its CPU "
+                        "per request is printed apart")  # fmt: skip
     parser.add_argument("--skyroute-log-level", default="INFO",
                         help="INFO: every feature on, the access log included")  # fmt: skip
     parser.add_argument("--json", type=Path, default=ROOT / "artifacts" / "bench_peers.json")
@@ -76,6 +81,7 @@ def config(args: argparse.Namespace, pinning: dict[str, object] | None) -> dict[
             "warmup_s": args.warmup, "quick": args.quick, "max_tokens": MAX_TOKENS,
             "peers": args.peers, "skyroute_workers": args.skyroute_workers,
             "skyroute_log_level": args.skyroute_log_level,
+            "skyroute_store_worker": args.skyroute_store_worker,
             "litellm_version": args.litellm_version if "litellm" in args.peers else None,
             "portkey_version": args.portkey_version if "portkey" in args.peers else None,
             "engine_profile": PROFILE, "cpus": os.cpu_count(), "src": str(args.src),

@@ -33,6 +33,8 @@ class Row:
     proxy_cpu_ms_per_req: float | None = None  # the gateway's process tree (None: direct)
     engine_cpu_ms_per_req: float = 0.0
     loadgen_cpu_ms_per_req: float = 0.0  # this process alone, not its children
+    # skyroute's store worker, when it runs apart (--skyroute-store-worker external)
+    worker_cpu_ms_per_req: float | None = None
     first_error: str = ""
 
 
@@ -62,6 +64,11 @@ def print_rows(rows: list[Row]) -> None:
     ]  # fmt: skip
     if table:
         _print_table(cols, table)
+    apart = [r for r in rows if r.worker_cpu_ms_per_req is not None]
+    if apart:
+        print("\nskyroute's store worker, a process of its own (ledger writes), CPU ms/request: "
+              + ", ".join(f"{r.mode} c={r.concurrency} {r.worker_cpu_ms_per_req:.3f}"
+                          for r in apart))  # fmt: skip
 
 
 def floor_summary(rows: list[Row]) -> dict[str, dict[str, object]]:
