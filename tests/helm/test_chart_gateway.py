@@ -281,3 +281,25 @@ def test_ingress_routes_to_the_gateway_service_with_tls() -> None:
     assert backend == {"name": "sr-skyroute", "port": {"name": "http"}}
     assert ingress["spec"]["tls"][0]["secretName"] == "skyroute-tls"
     assert ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "letsencrypt"
+
+
+def test_the_store_worker_sidecar_takes_the_store_work_out_of_the_gateway(
+    default: Rendered,
+) -> None:
+    assert env_of(container(default, "gateway"))["SKYROUTE_STORE_WORKER"]["value"] == "inline"
+    r = render({"storeWorker": {"enabled": True}})
+    assert [c["name"] for c in pod_spec(r)["containers"]] == [
+        "gateway", "store-worker", "autoscaler"
+    ]  # fmt: skip
+    gw, worker = env_of(container(r, "gateway")), env_of(container(r, "store-worker"))
+    assert gw["SKYROUTE_STORE_WORKER"]["value"] == "external"
+    assert container(r, "store-worker")["command"] == ["skyroute", "store-worker"]
+    for name in ("SKYROUTE_REDIS_URL", "SKYROUTE_REDIS_PREFIX", "SKYROUTE_DATABASE_URL"):
+        assert worker[name] == gw[name]
+    assert "SKYROUTE_API_KEY" not in worker and "SKYROUTE_ADMIN_TOKEN" not in worker
+    # $(POD_NAME) expands only if POD_NAME comes first.
+    names = list(worker)
+    assert names.index("POD_NAME") < names.index("SKYROUTE_REPLICA_ID")
+    # The default SQLite store is a file in the gateway's /tmp: the worker must see it.
+    mounts = {m["name"]: m["mountPath"] for m in container(r, "store-worker")["volumeMounts"]}
+    assert mounts == {"tmp": "/tmp"}

@@ -155,6 +155,21 @@ from the URL Secret for an external one.
 {{- end }}
 
 {{/*
+The store's URL (SKYROUTE_DATABASE_URL), for the gateway and the store worker alike.
+*/}}
+{{- define "skyroute.databaseEnv" -}}
+- name: SKYROUTE_DATABASE_URL
+  {{- if .Values.database.existingSecret }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.existingSecret }}
+      key: {{ .Values.database.urlKey }}
+  {{- else }}
+  value: {{ .Values.database.url | quote }}
+  {{- end }}
+{{- end }}
+
+{{/*
 Checks that fail the render with a clear message instead of deploying something that
 cannot work.
 */}}
