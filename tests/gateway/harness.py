@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,16 @@ class Engine:
                 if line.startswith("sim:requests_received_total")
             )
         )
+
+
+def running(engines: Iterable[Engine]) -> float:
+    """Requests the engines are generating now (their ``vllm:num_requests_running``)."""
+    total = 0.0
+    for engine in engines:
+        for line in httpx.get(f"{engine.url}/metrics", timeout=5).text.splitlines():
+            if line.startswith("vllm:num_requests_running"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 @dataclass

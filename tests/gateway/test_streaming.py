@@ -7,7 +7,7 @@ import time
 import httpx
 
 from tests.gateway.conftest import CHAT, Fleet
-from tests.gateway.harness import API_KEY, Engine, Gateway, wait_for
+from tests.gateway.harness import API_KEY, Gateway, running, wait_for
 
 
 def test_streaming_chunks_arrive_incrementally_not_all_at_the_end(gateway: Gateway) -> None:
@@ -36,16 +36,6 @@ def test_streaming_chunks_arrive_incrementally_not_all_at_the_end(gateway: Gatew
     assert first_half > 0.2 * spread
 
 
-def _running(engines: list[Engine]) -> float:
-    """Requests the engines are running, by their ``vllm:num_requests_running``."""
-    total = 0.0
-    for engine in engines:
-        for line in httpx.get(f"{engine.url}/metrics", timeout=5).text.splitlines():
-            if line.startswith("vllm:num_requests_running"):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def test_a_client_that_leaves_mid_stream_frees_the_engine_at_once(
     gateway: Gateway, fleet: Fleet
 ) -> None:
@@ -67,7 +57,7 @@ def test_a_client_that_leaves_mid_stream_frees_the_engine_at_once(
         lines = resp.iter_lines()
         while '"content"' not in next(lines):
             pass
-        assert _running(chat) == 1.0
-    wait_for(lambda: _running(chat) == 0.0, "the engine to drop the abandoned request", 10.0)
+        assert running(chat) == 1.0
+    wait_for(lambda: running(chat) == 0.0, "the engine to drop the abandoned request", 10.0)
     # The gateway is none the worse: the next request is served.
     assert gateway.chat_status("after the abandoned stream") == 200

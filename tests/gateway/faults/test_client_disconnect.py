@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import socket
 
-import httpx
-
 from tests.gateway.conftest import CHAT, Fleet
-from tests.gateway.harness import API_KEY, Gateway, unique_prefix, wait_for
+from tests.gateway.harness import API_KEY, Gateway, running, unique_prefix, wait_for
 
 
 def _raw(port: int, body: bytes, declared: int) -> socket.socket:
@@ -24,16 +22,6 @@ def _raw(port: int, body: bytes, declared: int) -> socket.socket:
     return sock
 
 
-def _running(fleet: Fleet) -> float:
-    """Requests the fleet's engines are generating now (their vLLM gauge)."""
-    total = 0.0
-    for engine in fleet.engines.values():
-        for line in httpx.get(f"{engine.url}/metrics", timeout=5).text.splitlines():
-            if line.startswith("vllm:num_requests_running"):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def test_a_client_gone_during_generation_cancels_the_attempt_without_failover(
     fleet: Fleet, redis_url: str
 ) -> None:
@@ -43,7 +31,7 @@ def test_a_client_gone_during_generation_cancels_the_attempt_without_failover(
         body = json.dumps({"model": CHAT, "max_tokens": 200,
                            "messages": [{"role": "user", "content": "long"}]}).encode()  # fmt: skip
         sock = _raw(gw.port, body, len(body))
-        wait_for(lambda: _running(fleet) > 0, "the request to reach an engine")
+        wait_for(lambda: running(fleet.engines.values()) > 0, "the request to reach an engine")
         sock.close()
         wait_for(lambda: "client disconnected before the answer" in gw.logs(), "the INFO line")
         logs = gw.logs()
