@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
 
 import numpy as np
@@ -96,16 +97,36 @@ class VectorScored(NamedTuple):
 
     def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
         """The pools of ``local_order`` as attempts: the first ``_HEAD`` gathered and
-        converted to Python numbers apart from the rest, so stopping early is cheap."""
+        converted to Python numbers apart from the rest, so stopping early is cheap.
+        Each part is read out by ``zip`` over lists, so the attempts are made in C, not
+        resumed one by one in a generator."""
+        return chain.from_iterable(self._parts(view, est_tokens))
+
+    def _parts(self, view: ModelView, est_tokens: int) -> Iterator[Iterator[TriedPool]]:
         order = self.local_order
-        for part in (order[:_HEAD], order[_HEAD:]):
-            if not len(part):
-                return
-            per_token = view.usd_per_token[part].tolist()
-            for i, t, p in zip(
-                view.members[part].tolist(), self.ttft_ms[part].tolist(), per_token, strict=True
-            ):
-                yield i, t, est_tokens * p, p
+        head, rest = order[:_HEAD], order[_HEAD:]
+        if not len(head):
+            return
+        # members_obj and price_obj hold Python numbers: their gathers convert nothing.
+        per_token = view.price_obj[head].tolist()
+        yield zip(
+            view.members_obj[head].tolist(),
+            self.ttft_ms[head].tolist(),
+            [est_tokens * p for p in per_token],
+            per_token,
+            strict=True,
+        )
+        if len(rest):
+            per_token = view.price_obj[rest].tolist()
+            # t * p for a whole t is float(t) * p, as the scalar path prices (but 0 x inf,
+            # an unpriced fallback's cost at no tokens, is NaN without a NumPy warning).
+            cost = (
+                (view.usd_per_token[rest] * float(est_tokens)).tolist()
+                if est_tokens
+                else [est_tokens * p for p in per_token]
+            )
+            members, ttft = view.members_obj[rest].tolist(), self.ttft_ms[rest].tolist()
+            yield zip(members, ttft, cost, per_token, strict=True)
 
 
 Scored = ScalarScored | VectorScored
@@ -222,17 +243,26 @@ def score_vector(
     fallback_fastest: bool,
     mix: TrafficMix | None = None,
 ) -> VectorScored:
-    """Score the model's pools with NumPy: the reference that ``score_scalar`` (same
-    arguments, same answer) is checked against. The steps are those of the
-    ``router.scoring`` docstring; ``region`` is the view from the client's region.
+    """Score the model's pools with NumPy; the same answer as ``score_scalar`` (same
+    arguments). The steps are those of the ``router.scoring`` docstring; ``region`` is the
+    view from the client's region.
 
-    Each NumPy call costs about a microsecond here whatever its size, so intermediate
-    results are updated in place (``out=``, ``*=``) where that saves an allocation, in
-    the same operation order as the scalar path (so the same bits)."""
-    inflight = view.inflight
-    if local_inflight is not None:
-        inflight = inflight + local_inflight[view.members]
-    prefill = prompt_tokens * view.prefill_ms_per_token
+    Each NumPy call costs about half a microsecond here whatever its size, more when it
+    takes a Python number or broadcasts a row: the predictions are worked out two rows
+    at a time against the view's ``Stacked`` constants, in place where that saves an
+    allocation, and the cost order is the view's price order filtered (see
+    ``_cost_order``). Every value is computed by the same operations in the same order
+    as the scalar path, so to the same bits."""
+    st = view.stacked
+    # Row 0 becomes the TTFT, row 1 the load, then (a copy) the TPOT.
+    if local_inflight is None:
+        rows = st.inflight + st.offset
+    else:
+        rows = st.inflight + local_inflight[st.members]
+        rows += st.offset
+    wait, load = rows[0], rows[1]  # inflight + 1 - slots; inflight + 1
+    room = None if region.slot_limit is None else load <= region.slot_limit
+    prefill = float(prompt_tokens) * view.prefill_ms_per_token
     # A request beyond the batch slots waits for a fraction of one service time per
     # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
     # requests ahead hold their slots through their own prefill and decode: priced at
@@ -244,72 +274,115 @@ def score_vector(
         service_ms = (
             mix.prompt_tokens * view.prefill_ms_per_token + mix.output_tokens * view.tpot_queue_ms
         )
-    # ttft = rtt + max(inflight + 1 - slots, 0) * service / slots + prefill
-    queued = inflight + view.one_minus_slots
-    np.maximum(queued, 0.0, out=queued)
-    queued *= service_ms
-    queued *= view.inv_slots
-    ttft = region.rtt_ms + queued
-    ttft += prefill
-    plus_one = inflight + 1.0
-    load = plus_one * view.inv_slots
+    # ttft = rtt + max(inflight + 1 - slots, 0) * service / slots + prefill. The max is
+    # taken after the products: with service and 1 / slots never negative, a wait <= 0
+    # gives a product <= 0 (or NaN with it), a wait > 0 the same bits as before.
+    wait *= service_ms
+    rows *= st.inv_slots  # row 1: the load, (inflight + 1) / slots
     # TPOT grows with batch occupancy, counted fresh; a measured TPOT is only a floor
     # (ModelView explains why): max(base + span * min(load, 1), measured).
-    tpot = np.minimum(load, 1.0)
-    tpot *= view.tpot_span_ms
-    tpot += view.tpot_base_ms
+    pred = np.minimum(rows, st.upper)  # row 1: min(load, 1)
+    np.maximum(pred, st.lower, out=pred)  # row 0: max(wait, 0)
+    pred *= st.scale
+    pred += region.rtt_base
+    ttft, tpot = pred[0], pred[1]
+    ttft += prefill
     np.maximum(tpot, view.tpot_measured_ms, out=tpot)
 
     region_ok = region.region_ok
-    if region_allowed is not None:
-        region_ok = region_ok & np.asarray(region_allowed, dtype=np.bool_)
     available = view.available
-    if view.full_weight and local_blocked is None:
-        if region_allowed is None:
-            eligible, candidates = region.ready_ok, region.ready_priced
-        else:
-            eligible = region_ok & view.ready
-            candidates = eligible & view.priced
-    else:
-        if local_blocked is not None:
-            available = available & ~local_blocked[view.members]
-        eligible = region_ok & available & view.has_capacity
-        # A readmitted pool ramps up relative to its healthy peers: it takes a share of
-        # traffic they could serve. With no fully weighted peer left for this request it
-        # takes all of it, so a ramp never refuses traffic that some pool could serve.
-        if np.any(eligible & (view.weight >= 1.0)):
-            ramped = view.weight > ramp_draw
-            available, eligible = available & ramped, eligible & ramped
-        candidates = eligible & view.priced
     # Predictions are estimates: keep a margin below the targets (routing.slo_headroom,
     # tpot_headroom), and far clients out of the slots reserved for near ones.
-    feasible = ttft <= ttft_limit_ms
-    feasible &= tpot <= tpot_limit_ms
-    feasible &= candidates
-    if region.slot_limit is not None:
-        feasible &= plus_one <= region.slot_limit
-
-    f = np.flatnonzero(feasible)
-    n_feasible = len(f)
-    if n_feasible > 1:
-        # Every feasible pool by cost (stable: equal costs keep policy order); the near
-        # ties of the cheapest lead, as a group re-sorted by load from policy order.
-        cost = est_tokens * view.usd_per_token[f]
-        by_cost = np.argsort(cost, kind="stable")
-        local_order = f[by_cost]
-        sorted_cost = cost[by_cost]
-        ties = int(np.searchsorted(sorted_cost, sorted_cost[0] * (1.0 + near_tie), "right"))
-        if ties > 1:
-            group = np.sort(local_order[:ties])
-            local_order[:ties] = group[np.argsort(load[group], kind="stable")]
+    if view.full_weight and local_blocked is None and region_allowed is None:
+        # The common case: the eligible pools are the region's ready ones, and the
+        # limits (per SLO class) are -inf for the others, so one comparison is enough.
+        eligible = region.ready_ok
+        ok = pred <= _limit_rows(region, ttft_limit_ms, tpot_limit_ms)
+        feasible = ok[0] & ok[1]
     else:
-        local_order = f
+        if region_allowed is not None:
+            region_ok = region_ok & np.asarray(region_allowed, dtype=np.bool_)
+        if view.full_weight and local_blocked is None:
+            eligible = region_ok & view.ready
+        else:
+            if local_blocked is not None:
+                available = available & ~local_blocked[view.members]
+            eligible = region_ok & available & view.has_capacity
+            # A readmitted pool ramps up relative to its healthy peers: it takes a share
+            # of traffic they could serve. With no fully weighted peer left for this
+            # request it takes all of it, so a ramp never refuses traffic that some pool
+            # could serve.
+            if (eligible & (view.weight >= 1.0)).any():
+                ramped = view.weight > ramp_draw
+                available, eligible = available & ramped, eligible & ramped
+        feasible = ttft <= ttft_limit_ms
+        feasible &= tpot <= tpot_limit_ms
+        feasible &= eligible
+        feasible &= view.priced
+    if room is not None:
+        feasible &= room
+
+    local_order, n_feasible = _cost_order(view, feasible, load, est_tokens, near_tie)
     if fallback_fastest:
         # eligible ^ feasible: the eligible pools that are not feasible (feasible ones
         # are all eligible).
-        slow = np.flatnonzero(eligible ^ feasible)
+        slow = (eligible ^ feasible).nonzero()[0]
         if len(slow):
-            local_order = np.concatenate((local_order, slow[np.argsort(ttft[slow], kind="stable")]))
+            local_order = np.concatenate((local_order, slow[ttft[slow].argsort(kind="stable")]))
     return VectorScored(
         ttft, tpot, load, eligible, feasible, region_ok, available, local_order, n_feasible
     )
+
+
+def _limit_rows(region: RegionView, ttft_limit_ms: float, tpot_limit_ms: float) -> FloatArray:
+    """The (TTFT, TPOT) limits as two rows, -inf where a pool is not ready and priced in
+    ``region`` (no prediction is -inf); kept in the region's memo per SLO class."""
+    key = (ttft_limit_ms, tpot_limit_ms)
+    limits = region.limits.get(key)
+    if limits is None:
+        limits = np.empty_like(region.rtt_base)
+        limits[0], limits[1] = ttft_limit_ms, tpot_limit_ms
+        limits[:, ~region.ready_priced] = -np.inf
+        if len(region.limits) >= 16:  # a few SLO classes; never grows without bound
+            region.limits.clear()
+        region.limits[key] = limits
+    return limits
+
+
+def _cost_order(
+    view: ModelView, feasible: BoolArray, load: FloatArray, est_tokens: int, near_tie: float
+) -> tuple[IntArray, int]:
+    """The feasible pools by cost (stable: equal costs keep policy order), the near ties
+    of the cheapest leading as a group re-sorted by load from policy order; and how many
+    there are.
+
+    The cost is ``est_tokens`` times the price, so the order by cost is the view's order
+    by price filtered, with no sort per request, when ``view.price_order_exact`` says no
+    two distinct prices give equal costs (a whole ``est_tokens`` below 2**53). Otherwise
+    the costs are sorted as they are."""
+    if view.price_order_exact and 0 < est_tokens < 2**53:
+        keep = feasible[view.by_price]
+        order = view.by_price[keep]
+        n = len(order)
+        if n > 1:
+            price = view.sorted_price[keep]
+            bound = est_tokens * price.item(0) * (1.0 + near_tie)
+            if est_tokens * price.item(1) <= bound:  # else the cheapest stands alone
+                _lightest_first(order, int((est_tokens * price).searchsorted(bound, "right")), load)
+        return order, n
+    f = feasible.nonzero()[0]
+    if len(f) > 1:
+        cost = est_tokens * view.usd_per_token[f]
+        by_cost = cost.argsort(kind="stable")
+        order, cost = f[by_cost], cost[by_cost]
+        _lightest_first(order, int(cost.searchsorted(cost[0] * (1.0 + near_tie), "right")), load)
+        return order, len(f)
+    return f, len(f)
+
+
+def _lightest_first(order: IntArray, ties: int, load: FloatArray) -> None:
+    """Re-sort the first ``ties`` pools of ``order`` by load, equal loads in policy order."""
+    if ties > 1:
+        group = order[:ties].copy()
+        group.sort()
+        order[:ties] = group[load[group].argsort(kind="stable")]

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy, usd_per_token
@@ -27,6 +28,7 @@ __all__ = [
     "RegionLists",
     "RegionView",
     "Snapshot",
+    "Stacked",
     "ViewLists",
 ]
 
@@ -105,6 +107,22 @@ class RegionLists(NamedTuple):
     slot_limit: list[float] | None
 
 
+class Stacked(NamedTuple):
+    """A ModelView's constants for the vectorised scoring, two rows deep: row 0 feeds the
+    TTFT prediction, row 1 the load and TPOT (``router.score_core.score_vector``). One
+    NumPy call on two same-shaped rows costs about what it costs on one, while a call
+    that broadcasts a row over two costs three times as much: the request path works on
+    both rows at once, against these."""
+
+    members: IntArray  # members, twice
+    inflight: FloatArray  # inflight, twice
+    offset: FloatArray  # one_minus_slots; 1
+    inv_slots: FloatArray  # inv_slots, twice
+    upper: FloatArray  # +inf; 1 (the load's cap in the TPOT profile)
+    lower: FloatArray  # 0; -inf (no queueing wait below zero)
+    scale: FloatArray  # 1; tpot_span_ms
+
+
 @dataclass(frozen=True, eq=False)
 class RegionView:
     """One model's pools as clients of one region see them: what ``rank`` would otherwise
@@ -118,6 +136,9 @@ class RegionView:
     ``model_load_cap`` for this region (None: no pool keeps a near-client reserve), and
     ``slot_limit`` the most requests (in flight + this one) a pool may hold for this
     region's clients: its batch slots less the reserve, whole slots (None with no cap).
+    ``rtt_base`` stacks ``rtt_ms`` over the ModelView's ``tpot_base_ms`` (see Stacked);
+    ``limits`` is the vectorised scoring's memo of its (TTFT, TPOT) limit rows, keyed by
+    the limits (one entry per SLO class in use).
     """
 
     rtt_ms: FloatArray
@@ -126,6 +147,8 @@ class RegionView:
     ready_priced: BoolArray
     load_cap: FloatArray | None
     slot_limit: FloatArray | None
+    rtt_base: FloatArray
+    limits: dict[tuple[float, float], FloatArray] = field(default_factory=dict)
 
     @cached_property
     def lists(self) -> RegionLists:
@@ -160,6 +183,16 @@ class ModelView:
     has_capacity``, and ``full_weight`` says no pool is ramping (every weight is 1), so
     the request path can skip the ramp draw. ``regions`` holds the view from each client
     region of the policy (RegionView).
+
+    ``by_price`` lists the pools by USD per token, stable (equal prices in policy order,
+    unpriced ones last), and ``sorted_price`` their prices in that order: as a request's
+    cost is its tokens times the price, its cost order is this one filtered.
+    ``price_order_exact`` says that holds to the last bit: any two distinct prices lie
+    far enough apart that no token count rounds their costs equal (see
+    ``price_order_exact``). ``stacked`` holds the constants the vectorised scoring reads
+    two rows at a time, and ``members_obj`` and ``price_obj`` are ``members`` and
+    ``usd_per_token`` as arrays of Python numbers, whose gathers read out without
+    converting each element (``VectorScored.attempts``).
     """
 
     members: IntArray
@@ -181,6 +214,12 @@ class ModelView:
     ready: BoolArray
     full_weight: bool
     regions: Mapping[str, RegionView]
+    by_price: IntArray
+    sorted_price: FloatArray
+    price_order_exact: bool
+    stacked: Stacked
+    members_obj: npt.NDArray[np.object_]
+    price_obj: npt.NDArray[np.object_]
 
     @cached_property
     def lists(self) -> ViewLists:
@@ -229,18 +268,22 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
         tpot_queue_ms = np.maximum(drain, measured_ms[m])
         one_minus_slots = 1.0 - slots[m]
         ready = snap.available[m] & has_capacity[m]
+        price = per_token[m]
+        by_price = np.argsort(price, kind="stable")
+        n = len(m)
+        span = full - policy.tpot_ms[m]
         out[model] = ModelView(
             members=m,
             inflight=snap.inflight[m],
             tpot_base_ms=policy.tpot_ms[m],
-            tpot_span_ms=full - policy.tpot_ms[m],
+            tpot_span_ms=span,
             tpot_measured_ms=measured_ms[m],
             tpot_queue_ms=tpot_queue_ms,
             queue_output_ms=spec.expected_output_tokens * tpot_queue_ms,
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
             one_minus_slots=one_minus_slots,
-            usd_per_token=per_token[m],
+            usd_per_token=price,
             priced=priced[m],
             available=snap.available[m],
             weight=snap.weight[m],
@@ -249,11 +292,48 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
             ready=ready,
             full_weight=bool(np.all(snap.weight[m] >= 1.0)),
             regions={
-                region: _region_view(policy, (region, model), one_minus_slots, ready, priced[m])
+                region: _region_view(
+                    policy, (region, model), one_minus_slots, ready, priced[m], policy.tpot_ms[m]
+                )
                 for region in policy.rtt_ms
             },
+            by_price=by_price,
+            sorted_price=price[by_price],
+            price_order_exact=price_order_exact(price[by_price]),
+            stacked=Stacked(
+                members=np.stack((m, m)),
+                inflight=np.stack((snap.inflight[m], snap.inflight[m])),
+                offset=np.stack((one_minus_slots, np.ones(n))),
+                inv_slots=np.stack((inv_slots[m], inv_slots[m])),
+                upper=np.stack((np.full(n, np.inf), np.ones(n))),
+                lower=np.stack((np.zeros(n), np.full(n, -np.inf))),
+                scale=np.stack((np.ones(n), span)),
+            ),
+            members_obj=np.array(m.tolist(), dtype=object),
+            price_obj=np.array(price.tolist(), dtype=object),
         )
     return out
+
+
+def price_order_exact(sorted_price: FloatArray) -> bool:
+    """Whether, for every whole number of tokens t in [1, 2**53), ``t * p`` orders the
+    prices ``sorted_price`` (ascending) as ``p`` does, ties exactly where ``p`` ties.
+
+    Rounding is monotonic, so ``t * p0 <= t * p1`` whenever ``p0 <= p1``; but two prices
+    a rounding step or so apart can give the same cost, which a stable sort by cost then
+    orders by policy position, not by price. When neighbouring distinct prices differ
+    by a factor of at least 1 + 2**-48, their exact products do too, and two roundings
+    (each within 2**-53 relative, the products being normal numbers: prices between the
+    smallest normal double and 1e280) cannot bring them together. Unpriced (+inf) pools
+    are never feasible and do not count.
+    """
+    p = sorted_price[np.isfinite(sorted_price)]
+    if not len(p):
+        return True
+    if not (p[0] >= np.finfo(np.float64).tiny and p[-1] <= 1e280):
+        return False
+    lo, hi = p[:-1], p[1:]
+    return bool(np.all((hi == lo) | (hi >= lo * (1.0 + 2.0**-48))))
 
 
 def _region_view(
@@ -262,6 +342,7 @@ def _region_view(
     one_minus_slots: FloatArray,
     ready: BoolArray,
     priced: BoolArray,
+    tpot_base_ms: FloatArray,
 ) -> RegionView:
     rtt, cap = policy.model_rtt_ms[key], policy.model_load_cap[key]
     region_ok = np.isfinite(rtt)
@@ -274,7 +355,9 @@ def _region_view(
         slots = np.maximum(1.0 - one_minus_slots, 1e-9)
         limit = slots - np.floor((1.0 - cap) * slots + 1e-9)
     ready_ok = region_ok & ready
-    return RegionView(rtt, region_ok, ready_ok, ready_ok & priced, cap, limit)
+    return RegionView(
+        rtt, region_ok, ready_ok, ready_ok & priced, cap, limit, np.stack((rtt, tpot_base_ms))
+    )
 
 
 @dataclass(frozen=True, eq=False)
