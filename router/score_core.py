@@ -107,16 +107,14 @@ class VectorScored(NamedTuple):
         head, rest = order[:_HEAD], order[_HEAD:]
         if not len(head):
             return
-        # members_obj and price_obj hold Python numbers: their gathers convert nothing.
-        per_token = view.price_obj[head].tolist()
-        yield zip(
-            view.members_obj[head].tolist(),
-            self.ttft_ms[head].tolist(),
-            [est_tokens * p for p in per_token],
-            per_token,
-            strict=True,
-        )
+        v = view.lists
+        members, price = v.members, v.usd_per_token
+        yield iter([
+            (members[j], t, est_tokens * price[j], price[j])
+            for j, t in zip(head.tolist(), self.ttft_ms[head].tolist(), strict=True)
+        ])  # fmt: skip
         if len(rest):
+            # members_obj and price_obj hold Python numbers: their gathers convert nothing.
             per_token = view.price_obj[rest].tolist()
             # t * p for a whole t is float(t) * p, as the scalar path prices (but 0 x inf,
             # an unpriced fallback's cost at no tokens, is NaN without a NumPy warning).
@@ -365,10 +363,11 @@ def _cost_order(
         order = view.by_price[keep]
         n = len(order)
         if n > 1:
-            price = view.sorted_price[keep]
-            bound = est_tokens * price.item(0) * (1.0 + near_tie)
-            if est_tokens * price.item(1) <= bound:  # else the cheapest stands alone
-                _lightest_first(order, int((est_tokens * price).searchsorted(bound, "right")), load)
+            price = view.lists.usd_per_token
+            bound = est_tokens * price[order.item(0)] * (1.0 + near_tie)
+            if est_tokens * price[order.item(1)] <= bound:  # else the cheapest stands alone
+                cost = est_tokens * view.sorted_price[keep]
+                _lightest_first(order, int(cost.searchsorted(bound, "right")), load)
         return order, n
     f = feasible.nonzero()[0]
     if len(f) > 1:
