@@ -1,20 +1,23 @@
 """The per-request arithmetic of ``router.scoring.rank``, in two implementations that give
-the same answer: ``score_vector`` over NumPy arrays (the reference) and ``score_scalar``
-pool by pool in Python floats, for models with few pools.
+the same answer: ``score_vector`` over NumPy arrays and ``score_scalar`` pool by pool in
+Python floats, for models with few pools.
 
-A NumPy call costs about half a microsecond whatever the size of its arrays, and the
-vectorised scoring makes some forty of them: at a handful of pools that fixed cost is
-nearly all of ``rank``'s time. This module computes the same predictions, feasibility and
-order pool by pool with Python floats (IEEE doubles, the same operations in the same order
-as the NumPy code, so the same bits), and answers in lists: ``router.scoring.Ranking``
-makes arrays of them only when asked (explain, tests), as the request path reads just the
-order and the first pools' values. ``tests/router/test_score_core.py`` checks it against
-the vectorised path on random inputs; a change to the scoring model must be made in both.
+A NumPy call costs about half a microsecond whatever the size of its arrays (more when
+it takes a Python number or broadcasts), and the vectorised scoring makes some twenty of
+them: at a handful of pools that fixed cost is nearly all of ``rank``'s time. The scalar
+path computes the same predictions, feasibility and order pool by pool with Python
+floats (IEEE doubles, the same operations in the same order as the NumPy code, so the
+same bits), and answers in lists: ``router.scoring.Ranking`` makes arrays of them only
+when asked (explain, tests), as the request path reads just the order and the first
+pools' values. ``tests/router/test_score_core.py`` checks both against a plain vectorised
+reference (``tests/router/score_reference.py``) on random inputs; a change to the
+scoring model must be made in all three.
 
 Whatever depends on the snapshot and the client's region but not on the request (the
 eligible pools when nothing ramps, the near-client reserve in slots, the model's expected
-output priced at the drain TPOT) is worked out once per snapshot (``ModelView`` and its
-``RegionView``s), not here.
+output priced at the drain TPOT, the pools in price order, the vector path's stacked
+constants) is worked out once per snapshot (``ModelView`` and its ``RegionView``s), not
+here.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from router.snapshot import ModelView, RegionView
 
 # Up to this many pools per model the scalar path is faster: measured back to back on
 # one model of n random pools, the two paths cost the same at about 16 (scalar 0.6x the
-# vector's time at 4 pools, 2x at 64).
+# vector's time at 4 pools, 2x at 64); re-measured in instructions after the vector path
+# lost half its NumPy calls, still about 16 (vector 0.8x the scalar's at 24 pools, 0.7x at 32).
 MAX_SCALAR_POOLS = 16
 # The vector path's attempts are read out in two parts, the first this long: a caller that
 # stops after the first pools (the gateway) never converts the rest of a long order.
@@ -73,6 +77,11 @@ class ScalarScored(NamedTuple):
     local_order: list[int]
     n_feasible: int
 
+    @property
+    def n_tried(self) -> int:
+        """How many pools ``local_order`` lists."""
+        return len(self.local_order)
+
     def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
         """The pools of ``local_order`` as attempts, one by one."""
         v = view.lists
@@ -83,7 +92,13 @@ class ScalarScored(NamedTuple):
 
 
 class VectorScored(NamedTuple):
-    """``score_vector``'s answer: ``ScalarScored``'s fields as NumPy arrays."""
+    """``score_vector``'s answer: ``ScalarScored``'s fields as NumPy arrays.
+
+    The fallback (the eligible pools that are not feasible, by predicted TTFT) is sorted
+    only when ``local_order`` is read: a caller that stops within the feasible pools
+    (the gateway, mostly) never pays for it. ``feasible_order`` is the order before it,
+    ``fallback`` whether the policy's fallback is ``fastest``, and ``memo`` holds the
+    whole order once worked out."""
 
     ttft_ms: FloatArray
     tpot_ms: FloatArray
@@ -92,8 +107,35 @@ class VectorScored(NamedTuple):
     feasible: BoolArray
     region_ok: BoolArray
     available: BoolArray
-    local_order: IntArray
+    feasible_order: IntArray
     n_feasible: int
+    fallback: bool
+    memo: list[IntArray]
+
+    @property
+    def local_order(self) -> IntArray:
+        """The feasible pools in order, then (fallback ``fastest``) the eligible ones that
+        are not feasible, by predicted TTFT (stable: equal ones in policy order)."""
+        memo = self.memo
+        if memo:
+            return memo[0]
+        order = self.feasible_order
+        if self.fallback:
+            # eligible ^ feasible: the eligible pools that are not feasible (feasible
+            # ones are all eligible).
+            slow = (self.eligible ^ self.feasible).nonzero()[0]
+            if len(slow):
+                by_ttft = self.ttft_ms[slow].argsort(kind="stable")
+                order = np.concatenate((order, slow[by_ttft]))
+        memo.append(order)
+        return order
+
+    @property
+    def n_tried(self) -> int:
+        """How many pools ``local_order`` lists (without sorting the fallback)."""
+        if self.memo or not self.fallback:
+            return len(self.local_order)
+        return self.n_feasible + int(np.count_nonzero(self.eligible ^ self.feasible))
 
     def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
         """The pools of ``local_order`` as attempts: the first ``_HEAD`` gathered and
@@ -103,8 +145,9 @@ class VectorScored(NamedTuple):
         return chain.from_iterable(self._parts(view, est_tokens))
 
     def _parts(self, view: ModelView, est_tokens: int) -> Iterator[Iterator[TriedPool]]:
-        order = self.local_order
-        head, rest = order[:_HEAD], order[_HEAD:]
+        # The head comes from the feasible pools alone when there are enough of them.
+        order = self.feasible_order if self.n_feasible >= _HEAD else self.local_order
+        head = order[:_HEAD]
         if not len(head):
             return
         v = view.lists
@@ -113,6 +156,7 @@ class VectorScored(NamedTuple):
             (members[j], t, est_tokens * price[j], price[j])
             for j, t in zip(head.tolist(), self.ttft_ms[head].tolist(), strict=True)
         ])  # fmt: skip
+        rest = self.local_order[_HEAD:]
         if len(rest):
             # members_obj and price_obj hold Python numbers: their gathers convert nothing.
             per_token = view.price_obj[rest].tolist()
@@ -320,16 +364,11 @@ def score_vector(
     if room is not None:
         feasible &= room
 
-    local_order, n_feasible = _cost_order(view, feasible, load, est_tokens, near_tie)
-    if fallback_fastest:
-        # eligible ^ feasible: the eligible pools that are not feasible (feasible ones
-        # are all eligible).
-        slow = (eligible ^ feasible).nonzero()[0]
-        if len(slow):
-            local_order = np.concatenate((local_order, slow[ttft[slow].argsort(kind="stable")]))
+    order, n_feasible = _cost_order(view, feasible, load, est_tokens, near_tie)
     return VectorScored(
-        ttft, tpot, load, eligible, feasible, region_ok, available, local_order, n_feasible
-    )
+        ttft, tpot, load, eligible, feasible, region_ok, available, order, n_feasible,
+        fallback_fastest, [],
+    )  # fmt: skip
 
 
 def _limit_rows(region: RegionView, ttft_limit_ms: float, tpot_limit_ms: float) -> FloatArray:

@@ -105,7 +105,7 @@ class Ranking:
     @property
     def n_tried(self) -> int:
         """How many pools ``order`` lists (0: nothing to try)."""
-        return len(self.scored.local_order)
+        return self.scored.n_tried
 
     @cached_property
     def local_order(self) -> IntArray:

@@ -5,11 +5,40 @@ on random inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import NamedTuple
+
 import numpy as np
 
-from base.types import BoolArray, FloatArray
-from router.score_core import TrafficMix, VectorScored
+from base.types import BoolArray, FloatArray, IntArray
+from router.score_core import TrafficMix, TriedPool
 from router.snapshot import ModelView, RegionView
+
+
+class ReferenceScored(NamedTuple):
+    """``score_reference``'s answer, with the attempts read out as they were."""
+
+    ttft_ms: FloatArray
+    tpot_ms: FloatArray
+    load: FloatArray
+    eligible: BoolArray
+    feasible: BoolArray
+    region_ok: BoolArray
+    available: BoolArray
+    local_order: IntArray
+    n_feasible: int
+
+    def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
+        """The pools of ``local_order`` as attempts."""
+        order = self.local_order
+        for part in (order[:4], order[4:]):
+            if not len(part):
+                return
+            per_token = view.usd_per_token[part].tolist()
+            for i, t, p in zip(
+                view.members[part].tolist(), self.ttft_ms[part].tolist(), per_token, strict=True
+            ):
+                yield i, t, est_tokens * p, p
 
 
 def score_reference(
@@ -26,7 +55,7 @@ def score_reference(
     near_tie: float,
     fallback_fastest: bool,
     mix: TrafficMix | None = None,
-) -> VectorScored:
+) -> ReferenceScored:
     """Score the model's pools with NumPy: the reference that ``score_scalar`` (same
     arguments, same answer) is checked against. The steps are those of the
     ``router.scoring`` docstring; ``region`` is the view from the client's region.
@@ -115,6 +144,6 @@ def score_reference(
         slow = np.flatnonzero(eligible ^ feasible)
         if len(slow):
             local_order = np.concatenate((local_order, slow[np.argsort(ttft[slow], kind="stable")]))
-    return VectorScored(
+    return ReferenceScored(
         ttft, tpot, load, eligible, feasible, region_ok, available, local_order, n_feasible
     )

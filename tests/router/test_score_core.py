@@ -32,7 +32,7 @@ from router.score_core import (
 )
 from router.scoring import RouteRequest, rank
 from router.snapshot import ModelView, PoolRow, Snapshot, price_order_exact
-from tests.router.score_reference import score_reference
+from tests.router.score_reference import ReferenceScored, score_reference
 
 LOCATIONS = ["aws:us-east-1", "aws:eu-west-1", "gcp:us-central1", "azure:eastus"]
 CASES = 400
@@ -103,7 +103,7 @@ def random_row(rng: np.random.Generator) -> PoolRow:
 
 class Both(NamedTuple):
     fast: ScalarScored
-    ref: VectorScored
+    ref: ReferenceScored
     view: ModelView
     est_tokens: int
     near_tie: float
@@ -166,9 +166,11 @@ def test_vector_scoring_of_many_pools_equals_the_reference(block: int) -> None:
 
 
 def check_same(
-    seed: int, fast: ScalarScored | VectorScored, ref: VectorScored, view: ModelView,
+    seed: int, fast: ScalarScored | VectorScored, ref: ReferenceScored, view: ModelView,
     est_tokens: int,
 ) -> None:  # fmt: skip
+    # Counted before the (lazy) fallback order is sorted, and after.
+    assert fast.n_tried == len(ref.local_order), seed
     for name in ("ttft_ms", "tpot_ms", "load"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(ref, name), f"{name} {seed}")
     for name in ("eligible", "feasible", "region_ok", "available"):
@@ -179,6 +181,13 @@ def check_same(
     # (By repr: exact for floats, and NaN, the cost of no tokens at no price, equals NaN.)
     got, want = list(fast.attempts(view, est_tokens)), list(ref.attempts(view, est_tokens))
     assert repr(got) == repr(want), seed
+    assert fast.n_tried == len(ref.local_order), seed
+    if isinstance(fast, VectorScored):  # again, with the fallback not sorted yet
+        fresh = fast._replace(memo=[])
+        assert repr(list(fresh.attempts(view, est_tokens))) == repr(want), seed
+        assert repr(next(fast._replace(memo=[]).attempts(view, est_tokens), None)) == repr(
+            next(iter(want), None)
+        ), seed
 
 
 def test_the_random_cases_reach_every_kind_of_ranking() -> None:
