@@ -78,8 +78,10 @@ class Ranking:
 
     Only the order and the request's numbers are computed on the request path, and
     kept as the scoring left them (Python lists for a model of few pools); ``tried``,
-    ``n_tried`` and ``first_prediction`` read them directly. Every array (``order``
-    included) and the reasons are built on first access (explain, tests).
+    ``n_tried`` and ``first_prediction`` read them directly. Of a model of many pools,
+    the fallback pools are sorted only once ``tried`` gets past the feasible ones (or
+    the order is read). Every array (``order`` included) and the reasons are built on
+    first access (explain, tests).
     """
 
     request: RouteRequest
