@@ -150,8 +150,7 @@ class VectorScored(NamedTuple):
         head = order[:_HEAD]
         if not len(head):
             return
-        v = view.lists
-        members, price = v.members, v.usd_per_token
+        members, price = view.members_py, view.price_py
         yield iter([
             (members[j], t, est_tokens * price[j], price[j])
             for j, t in zip(head.tolist(), self.ttft_ms[head].tolist(), strict=True)
@@ -402,7 +401,7 @@ def _cost_order(
         order = view.by_price[keep]
         n = len(order)
         if n > 1:
-            price = view.lists.usd_per_token
+            price = view.price_py
             bound = est_tokens * price[order.item(0)] * (1.0 + near_tie)
             if est_tokens * price[order.item(1)] <= bound:  # else the cheapest stands alone
                 cost = est_tokens * view.sorted_price[keep]

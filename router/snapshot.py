@@ -144,9 +144,11 @@ class ModelView:
     ``price_order_exact`` says that holds to the last bit: any two distinct prices lie
     far enough apart that no token count rounds their costs equal (see
     ``price_order_exact``). ``stacked`` holds the constants the vectorised scoring reads
-    two rows at a time, and ``members_obj`` and ``price_obj`` are ``members`` and
-    ``usd_per_token`` as arrays of Python numbers, whose gathers read out without
-    converting each element (``VectorScored.attempts``).
+    two rows at a time. ``members_py`` and ``price_py`` are ``members`` and
+    ``usd_per_token`` as lists, and ``members_obj`` and ``price_obj`` the same as arrays
+    of those Python numbers, whose gathers read out without converting each element
+    (``VectorScored.attempts``); built with the view, so that the first request after a
+    snapshot does not convert a long model's arrays.
     """
 
     members: IntArray
@@ -172,6 +174,8 @@ class ModelView:
     sorted_price: FloatArray
     price_order_exact: bool
     stacked: Stacked
+    members_py: list[int]
+    price_py: list[float]
     members_obj: npt.NDArray[np.object_]
     price_obj: npt.NDArray[np.object_]
 
@@ -226,6 +230,7 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
         by_price = np.argsort(price, kind="stable")
         n = len(m)
         span = full - policy.tpot_ms[m]
+        members_py, price_py = m.tolist(), price.tolist()
         out[model] = ModelView(
             members=m,
             inflight=snap.inflight[m],
@@ -263,8 +268,10 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
                 lower=np.stack((np.zeros(n), np.full(n, -np.inf))),
                 scale=np.stack((np.ones(n), span)),
             ),
-            members_obj=np.array(m.tolist(), dtype=object),
-            price_obj=np.array(price.tolist(), dtype=object),
+            members_py=members_py,
+            price_py=price_py,
+            members_obj=np.array(members_py, dtype=object),
+            price_obj=np.array(price_py, dtype=object),
         )
     return out
 

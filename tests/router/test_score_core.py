@@ -263,7 +263,7 @@ def test_prices_a_rounding_step_apart_are_ordered_by_cost_as_the_reference_does(
         odd = replace(
             view, usd_per_token=price, by_price=by_price, sorted_price=price[by_price],
             price_order_exact=price_order_exact(price[by_price]),
-            price_obj=np.array(price.tolist(), dtype=object),
+            price_py=price.tolist(), price_obj=np.array(price.tolist(), dtype=object),
         )  # fmt: skip
         assert not odd.price_order_exact
         for est_tokens in (5, 11, 27, 1001, 4097):
