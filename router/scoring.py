@@ -28,17 +28,14 @@ from base.errors import ModelNotFound
 from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy, route_key
 from router.ranking_explain import RankedPool, explain, why_ineligible
-from router.score_core import (
-    MAX_SCALAR_POOLS,
-    Scored,
-    TrafficMix,
-    TriedPool,
-    score_scalar,
-    score_vector,
-)
+from router.score_core import MAX_SCALAR_POOLS, ScalarScored, TrafficMix, TriedPool, score_scalar
+from router.score_numpy import VectorScored, score_vector
 from router.snapshot import ModelView, RegionView, Snapshot
 
 __all__ = ["RankedPool", "Ranking", "RouteRequest", "TriedPool", "rank"]
+
+# What a scoring path answers (router.score_core, router.score_numpy).
+Scored = ScalarScored | VectorScored
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -22,14 +22,8 @@ import pytest
 from router.compiled import CompiledPolicy, compile_policy
 from router.health import HealthRecord, PoolState
 from router.policy import Policy
-from router.score_core import (
-    MAX_SCALAR_POOLS,
-    ScalarScored,
-    TrafficMix,
-    VectorScored,
-    score_scalar,
-    score_vector,
-)
+from router.score_core import MAX_SCALAR_POOLS, ScalarScored, TrafficMix, score_scalar
+from router.score_numpy import VectorScored, score_vector
 from router.scoring import RouteRequest, rank
 from router.snapshot import ModelView, PoolRow, Snapshot, price_order_exact
 from tests.router.score_reference import ReferenceScored, score_reference
