@@ -1,20 +1,23 @@
 """The per-request arithmetic of ``router.scoring.rank``, in two implementations that give
-the same answer: ``score_vector`` over NumPy arrays (the reference) and ``score_scalar``
-pool by pool in Python floats, for models with few pools.
+the same answer: ``score_vector`` over NumPy arrays (``router.score_numpy``) and, here,
+``score_scalar`` pool by pool in Python floats, for models with few pools.
 
-A NumPy call costs about half a microsecond whatever the size of its arrays, and the
-vectorised scoring makes some forty of them: at a handful of pools that fixed cost is
-nearly all of ``rank``'s time. This module computes the same predictions, feasibility and
-order pool by pool with Python floats (IEEE doubles, the same operations in the same order
-as the NumPy code, so the same bits), and answers in lists: ``router.scoring.Ranking``
-makes arrays of them only when asked (explain, tests), as the request path reads just the
-order and the first pools' values. ``tests/router/test_score_core.py`` checks it against
-the vectorised path on random inputs; a change to the scoring model must be made in both.
+A NumPy call costs about half a microsecond whatever the size of its arrays (more when
+it takes a Python number or broadcasts), and the vectorised scoring makes some twenty of
+them: at a handful of pools that fixed cost is nearly all of ``rank``'s time. The scalar
+path computes the same predictions, feasibility and order pool by pool with Python
+floats (IEEE doubles, the same operations in the same order as the NumPy code, so the
+same bits), and answers in lists: ``router.scoring.Ranking`` makes arrays of them only
+when asked (explain, tests), as the request path reads just the order and the first
+pools' values. ``tests/router/test_score_core.py`` checks both against a plain vectorised
+reference (``tests/router/score_reference.py``) on random inputs; a change to the
+scoring model must be made in all three.
 
 Whatever depends on the snapshot and the client's region but not on the request (the
 eligible pools when nothing ramps, the near-client reserve in slots, the model's expected
-output priced at the drain TPOT) is worked out once per snapshot (``ModelView`` and its
-``RegionView``s), not here.
+output priced at the drain TPOT, the pools in price order, the vector path's stacked
+constants) is worked out once per snapshot (``ModelView`` and its ``RegionView``s), not
+here.
 """
 
 from __future__ import annotations
@@ -23,18 +26,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
-
-from base.types import BoolArray, FloatArray, IntArray
+from base.types import BoolArray, FloatArray
 from router.snapshot import ModelView, RegionView
 
 # Up to this many pools per model the scalar path is faster: measured back to back on
 # one model of n random pools, the two paths cost the same at about 16 (scalar 0.6x the
-# vector's time at 4 pools, 2x at 64).
+# vector's time at 4 pools, 2x at 64); re-measured in instructions after the vector path
+# lost half its NumPy calls, still about 16 (vector 0.8x the scalar's at 24 pools, 0.7x at 32).
 MAX_SCALAR_POOLS = 16
-# The vector path's attempts are read out in two parts, the first this long: a caller that
-# stops after the first pools (the gateway) never converts the rest of a long order.
-_HEAD = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +71,11 @@ class ScalarScored(NamedTuple):
     local_order: list[int]
     n_feasible: int
 
+    @property
+    def n_tried(self) -> int:
+        """How many pools ``local_order`` lists."""
+        return len(self.local_order)
+
     def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
         """The pools of ``local_order`` as attempts, one by one."""
         v = view.lists
@@ -79,36 +83,6 @@ class ScalarScored(NamedTuple):
         for j in self.local_order:
             p = per_token[j]
             yield members[j], ttft[j], est_tokens * p, p
-
-
-class VectorScored(NamedTuple):
-    """``score_vector``'s answer: ``ScalarScored``'s fields as NumPy arrays."""
-
-    ttft_ms: FloatArray
-    tpot_ms: FloatArray
-    load: FloatArray
-    eligible: BoolArray
-    feasible: BoolArray
-    region_ok: BoolArray
-    available: BoolArray
-    local_order: IntArray
-    n_feasible: int
-
-    def attempts(self, view: ModelView, est_tokens: int) -> Iterator[TriedPool]:
-        """The pools of ``local_order`` as attempts: the first ``_HEAD`` gathered and
-        converted to Python numbers apart from the rest, so stopping early is cheap."""
-        order = self.local_order
-        for part in (order[:_HEAD], order[_HEAD:]):
-            if not len(part):
-                return
-            per_token = view.usd_per_token[part].tolist()
-            for i, t, p in zip(
-                view.members[part].tolist(), self.ttft_ms[part].tolist(), per_token, strict=True
-            ):
-                yield i, t, est_tokens * p, p
-
-
-Scored = ScalarScored | VectorScored
 
 
 def score_scalar(
@@ -204,112 +178,4 @@ def score_scalar(
         order += sorted(slow, key=ttft.__getitem__)
     return ScalarScored(
         ttft, tpot, load, eligible, feasible, region_ok, available, order, n_feasible
-    )
-
-
-def score_vector(
-    view: ModelView,
-    region: RegionView,
-    region_allowed: list[bool] | None,
-    local_inflight: FloatArray | None,
-    local_blocked: BoolArray | None,
-    prompt_tokens: int,
-    est_tokens: int,
-    ttft_limit_ms: float,
-    tpot_limit_ms: float,
-    ramp_draw: float,
-    near_tie: float,
-    fallback_fastest: bool,
-    mix: TrafficMix | None = None,
-) -> VectorScored:
-    """Score the model's pools with NumPy: the reference that ``score_scalar`` (same
-    arguments, same answer) is checked against. The steps are those of the
-    ``router.scoring`` docstring; ``region`` is the view from the client's region.
-
-    Each NumPy call costs about a microsecond here whatever its size, so intermediate
-    results are updated in place (``out=``, ``*=``) where that saves an allocation, in
-    the same operation order as the scalar path (so the same bits)."""
-    inflight = view.inflight
-    if local_inflight is not None:
-        inflight = inflight + local_inflight[view.members]
-    prefill = prompt_tokens * view.prefill_ms_per_token
-    # A request beyond the batch slots waits for a fraction of one service time per
-    # queued request ahead of it, spread over every slot (M/D/c-style estimate). The
-    # requests ahead hold their slots through their own prefill and decode: priced at
-    # the traffic's mean prompt and output (the policy's expected output and this
-    # request's prompt when unknown), decoded at the TPOT of a full batch.
-    if mix is None:
-        service_ms = prefill + view.queue_output_ms
-    else:
-        service_ms = (
-            mix.prompt_tokens * view.prefill_ms_per_token + mix.output_tokens * view.tpot_queue_ms
-        )
-    # ttft = rtt + max(inflight + 1 - slots, 0) * service / slots + prefill
-    queued = inflight + view.one_minus_slots
-    np.maximum(queued, 0.0, out=queued)
-    queued *= service_ms
-    queued *= view.inv_slots
-    ttft = region.rtt_ms + queued
-    ttft += prefill
-    plus_one = inflight + 1.0
-    load = plus_one * view.inv_slots
-    # TPOT grows with batch occupancy, counted fresh; a measured TPOT is only a floor
-    # (ModelView explains why): max(base + span * min(load, 1), measured).
-    tpot = np.minimum(load, 1.0)
-    tpot *= view.tpot_span_ms
-    tpot += view.tpot_base_ms
-    np.maximum(tpot, view.tpot_measured_ms, out=tpot)
-
-    region_ok = region.region_ok
-    if region_allowed is not None:
-        region_ok = region_ok & np.asarray(region_allowed, dtype=np.bool_)
-    available = view.available
-    if view.full_weight and local_blocked is None:
-        if region_allowed is None:
-            eligible, candidates = region.ready_ok, region.ready_priced
-        else:
-            eligible = region_ok & view.ready
-            candidates = eligible & view.priced
-    else:
-        if local_blocked is not None:
-            available = available & ~local_blocked[view.members]
-        eligible = region_ok & available & view.has_capacity
-        # A readmitted pool ramps up relative to its healthy peers: it takes a share of
-        # traffic they could serve. With no fully weighted peer left for this request it
-        # takes all of it, so a ramp never refuses traffic that some pool could serve.
-        if np.any(eligible & (view.weight >= 1.0)):
-            ramped = view.weight > ramp_draw
-            available, eligible = available & ramped, eligible & ramped
-        candidates = eligible & view.priced
-    # Predictions are estimates: keep a margin below the targets (routing.slo_headroom,
-    # tpot_headroom), and far clients out of the slots reserved for near ones.
-    feasible = ttft <= ttft_limit_ms
-    feasible &= tpot <= tpot_limit_ms
-    feasible &= candidates
-    if region.slot_limit is not None:
-        feasible &= plus_one <= region.slot_limit
-
-    f = np.flatnonzero(feasible)
-    n_feasible = len(f)
-    if n_feasible > 1:
-        # Every feasible pool by cost (stable: equal costs keep policy order); the near
-        # ties of the cheapest lead, as a group re-sorted by load from policy order.
-        cost = est_tokens * view.usd_per_token[f]
-        by_cost = np.argsort(cost, kind="stable")
-        local_order = f[by_cost]
-        sorted_cost = cost[by_cost]
-        ties = int(np.searchsorted(sorted_cost, sorted_cost[0] * (1.0 + near_tie), "right"))
-        if ties > 1:
-            group = np.sort(local_order[:ties])
-            local_order[:ties] = group[np.argsort(load[group], kind="stable")]
-    else:
-        local_order = f
-    if fallback_fastest:
-        # eligible ^ feasible: the eligible pools that are not feasible (feasible ones
-        # are all eligible).
-        slow = np.flatnonzero(eligible ^ feasible)
-        if len(slow):
-            local_order = np.concatenate((local_order, slow[np.argsort(ttft[slow], kind="stable")]))
-    return VectorScored(
-        ttft, tpot, load, eligible, feasible, region_ok, available, local_order, n_feasible
     )

@@ -27,17 +27,15 @@ import numpy as np
 from base.errors import ModelNotFound
 from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy, route_key
-from router.score_core import (
-    MAX_SCALAR_POOLS,
-    Scored,
-    TrafficMix,
-    TriedPool,
-    score_scalar,
-    score_vector,
-)
+from router.ranking_explain import RankedPool, explain, why_ineligible
+from router.score_core import MAX_SCALAR_POOLS, ScalarScored, TrafficMix, TriedPool, score_scalar
+from router.score_numpy import VectorScored, score_vector
 from router.snapshot import ModelView, RegionView, Snapshot
 
 __all__ = ["RankedPool", "Ranking", "RouteRequest", "TriedPool", "rank"]
+
+# What a scoring path answers (router.score_core, router.score_numpy).
+Scored = ScalarScored | VectorScored
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -69,20 +67,6 @@ class RouteRequest:
     version: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RankedPool:
-    """One pool's place in a ranking, with the reason for it. Times in ms, cost in USD."""
-
-    pool_id: str
-    feasible: bool
-    eligible: bool
-    ttft_ms: float
-    tpot_ms: float
-    cost_usd: float
-    load: float
-    reason: str
-
-
 @dataclass(frozen=True, eq=False)
 class Ranking:
     """The router's answer. ``order`` lists pool indices (into ``pool_ids``) to try,
@@ -91,8 +75,10 @@ class Ranking:
 
     Only the order and the request's numbers are computed on the request path, and
     kept as the scoring left them (Python lists for a model of few pools); ``tried``,
-    ``n_tried`` and ``first_prediction`` read them directly. Every array (``order``
-    included) and the reasons are built on first access (explain, tests).
+    ``n_tried`` and ``first_prediction`` read them directly. Of a model of many pools,
+    the fallback pools are sorted only once ``tried`` gets past the feasible ones (or
+    the order is read). Every array (``order`` included) and the reasons are built on
+    first access (explain, tests).
     """
 
     request: RouteRequest
@@ -118,7 +104,7 @@ class Ranking:
     @property
     def n_tried(self) -> int:
         """How many pools ``order`` lists (0: nothing to try)."""
-        return len(self.scored.local_order)
+        return self.scored.n_tried
 
     @cached_property
     def local_order(self) -> IntArray:
@@ -227,22 +213,7 @@ class Ranking:
     @cached_property
     def why_ineligible(self) -> tuple[str, ...]:
         """Per pool, why it may not take the request ('' if it may)."""
-        why = [""] * len(self.pool_ids)
-        for j, i in enumerate(self.candidates):
-            if not self.local_region_ok[j]:
-                why[i] = "region not allowed for this client"
-            elif not self.local_available[j]:
-                state = self.view.states[j]
-                weight = self.view.weight[j]
-                if state != "healthy":
-                    why[i] = f"pool {state}"
-                elif weight < 1.0:
-                    why[i] = f"ramping up after readmission ({weight:.0%} of traffic)"
-                else:
-                    why[i] = "ejected by this gateway replica"
-            elif not self.view.has_capacity[j]:
-                why[i] = "no ready replicas"
-        return tuple(why)
+        return why_ineligible(self)
 
     @property
     def reason(self) -> str:
@@ -271,54 +242,7 @@ class Ranking:
 
     def explain(self) -> list[RankedPool]:
         """Every candidate pool, tried ones first, with the reason for its place."""
-        tried = [int(i) for i in self.order]
-        rest = [int(i) for i in self.candidates if int(i) not in set(tried)]
-        out: list[RankedPool] = []
-        cheapest = float(self.cost_usd[self.feasible].min()) if self.n_feasible else 0.0
-        for rank, i in enumerate(tried + rest):
-            out.append(
-                RankedPool(
-                    pool_id=self.pool_ids[i],
-                    feasible=bool(self.feasible[i]),
-                    eligible=bool(self.eligible[i]),
-                    ttft_ms=float(self.ttft_ms[i]),
-                    tpot_ms=float(self.tpot_ms[i]),
-                    cost_usd=float(self.cost_usd[i]),
-                    load=float(self.load[i]),
-                    reason=self._reason_for(i, rank, cheapest),
-                )
-            )
-        return out
-
-    def _reason_for(self, i: int, rank: int, cheapest: float) -> str:
-        if not self.eligible[i]:
-            return self.why_ineligible[i]
-        if self.feasible[i]:
-            cost = float(self.cost_usd[i])
-            if cost <= cheapest * (1.0 + self.near_tie):
-                if rank == 0:
-                    return (
-                        "cheapest feasible"
-                        if cost <= cheapest
-                        else "near-tie with the cheapest, lightest load"
-                    )
-                return "near-tie with the cheapest, more loaded"
-            return f"feasible, +${cost - cheapest:.2e} over the cheapest"
-        misses: list[str] = []
-        if self.ttft_ms[i] > self.ttft_limit_ms:
-            misses.append(_miss("ttft", self.ttft_ms[i], self.ttft_limit_ms, self.slo_ttft_ms))
-        if self.tpot_ms[i] > self.tpot_limit_ms:
-            misses.append(_miss("tpot", self.tpot_ms[i], self.tpot_limit_ms, self.slo_tpot_ms))
-        j = int(np.flatnonzero(self.candidates == i)[0])
-        cap = self.local_load_cap
-        slo_missed = bool(misses)
-        if cap is not None and self.local_load[j] > cap[j]:
-            misses.append(f"slots over {cap[j]:.0%} are kept for nearer clients")
-        if not np.isfinite(self.cost_usd[i]):
-            misses.append("no price")
-        suffix = "fallback by speed" if i in self.order else "not tried (fallback: reject)"
-        label = "misses SLO" if slo_missed else "not feasible"
-        return f"{label}: {', '.join(misses)}; {suffix}"
+        return explain(self)
 
 
 def _fast_new(cls: Callable[P, T]) -> Callable[P, T]:
@@ -338,12 +262,6 @@ def _fast_new(cls: Callable[P, T]) -> Callable[P, T]:
 
 
 _new_ranking = _fast_new(Ranking)
-
-
-def _miss(what: str, predicted: float, limit: float, target: float) -> str:
-    if limit < target:
-        return f"{what} {predicted:.0f}ms > {limit:.0f}ms (slo {target:.0f}ms less headroom)"
-    return f"{what} {predicted:.0f}ms > slo {target:.0f}ms"
 
 
 def rank(

@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from base.types import BoolArray, FloatArray, IntArray
 from router.compiled import CompiledPolicy, usd_per_token
 from router.health import HealthRecord, PoolState
+from router.view_tables import RegionLists, Stacked, ViewLists, price_order_exact
 
 # Smoothing of the measured latency EWMAs: written by live.tables, replayed by the simulator.
 EWMA_ALPHA = 0.2
@@ -27,7 +28,9 @@ __all__ = [
     "RegionLists",
     "RegionView",
     "Snapshot",
+    "Stacked",
     "ViewLists",
+    "price_order_exact",
 ]
 
 
@@ -74,37 +77,6 @@ class PoolRow:
     price_stale: bool = False
 
 
-class ViewLists(NamedTuple):
-    """A ModelView's arrays as Python lists (same names, same order), for the scalar
-    scoring of models with few pools (``router.score_core``)."""
-
-    members: list[int]
-    inflight: list[float]
-    tpot_base_ms: list[float]
-    tpot_span_ms: list[float]
-    tpot_measured_ms: list[float]
-    tpot_queue_ms: list[float]
-    queue_output_ms: list[float]
-    prefill_ms_per_token: list[float]
-    inv_slots: list[float]
-    one_minus_slots: list[float]
-    usd_per_token: list[float]
-    priced: list[bool]
-    available: list[bool]
-    weight: list[float]
-    has_capacity: list[bool]
-    ready: list[bool]
-
-
-class RegionLists(NamedTuple):
-    """A RegionView's arrays as Python lists, for the scalar scoring."""
-
-    rtt_ms: list[float]
-    region_ok: list[bool]
-    ready_ok: list[bool]
-    slot_limit: list[float] | None
-
-
 @dataclass(frozen=True, eq=False)
 class RegionView:
     """One model's pools as clients of one region see them: what ``rank`` would otherwise
@@ -118,6 +90,9 @@ class RegionView:
     ``model_load_cap`` for this region (None: no pool keeps a near-client reserve), and
     ``slot_limit`` the most requests (in flight + this one) a pool may hold for this
     region's clients: its batch slots less the reserve, whole slots (None with no cap).
+    ``rtt_base`` stacks ``rtt_ms`` over the ModelView's ``tpot_base_ms`` (see Stacked);
+    ``limits`` is the vectorised scoring's memo of its (TTFT, TPOT) limit rows, keyed by
+    the limits (one entry per SLO class in use).
     """
 
     rtt_ms: FloatArray
@@ -126,6 +101,8 @@ class RegionView:
     ready_priced: BoolArray
     load_cap: FloatArray | None
     slot_limit: FloatArray | None
+    rtt_base: FloatArray
+    limits: dict[tuple[float, float], FloatArray] = field(default_factory=dict)
 
     @cached_property
     def lists(self) -> RegionLists:
@@ -160,6 +137,18 @@ class ModelView:
     has_capacity``, and ``full_weight`` says no pool is ramping (every weight is 1), so
     the request path can skip the ramp draw. ``regions`` holds the view from each client
     region of the policy (RegionView).
+
+    ``by_price`` lists the pools by USD per token, stable (equal prices in policy order,
+    unpriced ones last), and ``sorted_price`` their prices in that order: as a request's
+    cost is its tokens times the price, its cost order is this one filtered.
+    ``price_order_exact`` says that holds to the last bit: any two distinct prices lie
+    far enough apart that no token count rounds their costs equal (see
+    ``price_order_exact``). ``stacked`` holds the constants the vectorised scoring reads
+    two rows at a time. ``members_py`` and ``price_py`` are ``members`` and
+    ``usd_per_token`` as lists, and ``members_obj`` and ``price_obj`` the same as arrays
+    of those Python numbers, whose gathers read out without converting each element
+    (``VectorScored.attempts``); built with the view, so that the first request after a
+    snapshot does not convert a long model's arrays.
     """
 
     members: IntArray
@@ -181,6 +170,14 @@ class ModelView:
     ready: BoolArray
     full_weight: bool
     regions: Mapping[str, RegionView]
+    by_price: IntArray
+    sorted_price: FloatArray
+    price_order_exact: bool
+    stacked: Stacked
+    members_py: list[int]
+    price_py: list[float]
+    members_obj: npt.NDArray[np.object_]
+    price_obj: npt.NDArray[np.object_]
 
     @cached_property
     def lists(self) -> ViewLists:
@@ -229,18 +226,23 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
         tpot_queue_ms = np.maximum(drain, measured_ms[m])
         one_minus_slots = 1.0 - slots[m]
         ready = snap.available[m] & has_capacity[m]
+        price = per_token[m]
+        by_price = np.argsort(price, kind="stable")
+        n = len(m)
+        span = full - policy.tpot_ms[m]
+        members_py, price_py = m.tolist(), price.tolist()
         out[model] = ModelView(
             members=m,
             inflight=snap.inflight[m],
             tpot_base_ms=policy.tpot_ms[m],
-            tpot_span_ms=full - policy.tpot_ms[m],
+            tpot_span_ms=span,
             tpot_measured_ms=measured_ms[m],
             tpot_queue_ms=tpot_queue_ms,
             queue_output_ms=spec.expected_output_tokens * tpot_queue_ms,
             prefill_ms_per_token=1000.0 / policy.prefill_tps[m],
             inv_slots=inv_slots[m],
             one_minus_slots=one_minus_slots,
-            usd_per_token=per_token[m],
+            usd_per_token=price,
             priced=priced[m],
             available=snap.available[m],
             weight=snap.weight[m],
@@ -249,9 +251,27 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
             ready=ready,
             full_weight=bool(np.all(snap.weight[m] >= 1.0)),
             regions={
-                region: _region_view(policy, (region, model), one_minus_slots, ready, priced[m])
+                region: _region_view(
+                    policy, (region, model), one_minus_slots, ready, priced[m], policy.tpot_ms[m]
+                )
                 for region in policy.rtt_ms
             },
+            by_price=by_price,
+            sorted_price=price[by_price],
+            price_order_exact=price_order_exact(price[by_price]),
+            stacked=Stacked(
+                members=np.stack((m, m)),
+                inflight=np.stack((snap.inflight[m], snap.inflight[m])),
+                offset=np.stack((one_minus_slots, np.ones(n))),
+                inv_slots=np.stack((inv_slots[m], inv_slots[m])),
+                upper=np.stack((np.full(n, np.inf), np.ones(n))),
+                lower=np.stack((np.zeros(n), np.full(n, -np.inf))),
+                scale=np.stack((np.ones(n), span)),
+            ),
+            members_py=members_py,
+            price_py=price_py,
+            members_obj=np.array(members_py, dtype=object),
+            price_obj=np.array(price_py, dtype=object),
         )
     return out
 
@@ -262,6 +282,7 @@ def _region_view(
     one_minus_slots: FloatArray,
     ready: BoolArray,
     priced: BoolArray,
+    tpot_base_ms: FloatArray,
 ) -> RegionView:
     rtt, cap = policy.model_rtt_ms[key], policy.model_load_cap[key]
     region_ok = np.isfinite(rtt)
@@ -274,7 +295,9 @@ def _region_view(
         slots = np.maximum(1.0 - one_minus_slots, 1e-9)
         limit = slots - np.floor((1.0 - cap) * slots + 1e-9)
     ready_ok = region_ok & ready
-    return RegionView(rtt, region_ok, ready_ok, ready_ok & priced, cap, limit)
+    return RegionView(
+        rtt, region_ok, ready_ok, ready_ok & priced, cap, limit, np.stack((rtt, tpot_base_ms))
+    )
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,7 +1,9 @@
-"""The scalar scoring path gives exactly the vectorised path's answer, on random inputs.
+"""The scalar and the vectorised scoring paths give exactly the reference's answer, on
+random inputs.
 
 ``rank`` scores models with few pools in Python floats (``score_scalar``) and others with
-NumPy (``score_vector``, the reference). Both must agree bit for bit on every output:
+NumPy (``score_vector``). Both must agree bit for bit with the straightforward vectorised
+scoring kept in ``score_reference`` (and so with each other) on every output:
 predictions, cost, load, every flag and the order. The inputs are drawn with a seeded
 generator over what the live tables can hold: pools with and without a price, with no
 ready replica, ejected, draining or ramping after readmission, clients near and far (the
@@ -11,6 +13,7 @@ this replica's in-flight counts and ejections, both fallbacks.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,23 +22,18 @@ import pytest
 from router.compiled import CompiledPolicy, compile_policy
 from router.health import HealthRecord, PoolState
 from router.policy import Policy
-from router.score_core import (
-    MAX_SCALAR_POOLS,
-    ScalarScored,
-    TrafficMix,
-    VectorScored,
-    score_scalar,
-    score_vector,
-)
+from router.score_core import MAX_SCALAR_POOLS, ScalarScored, TrafficMix, score_scalar
+from router.score_numpy import VectorScored, score_vector
 from router.scoring import RouteRequest, rank
-from router.snapshot import ModelView, PoolRow, Snapshot
+from router.snapshot import ModelView, PoolRow, Snapshot, price_order_exact
+from tests.router.score_reference import ReferenceScored, score_reference
 
 LOCATIONS = ["aws:us-east-1", "aws:eu-west-1", "gcp:us-central1", "azure:eastus"]
 CASES = 400
 
 
-def random_policy(rng: np.random.Generator) -> CompiledPolicy:
-    n = int(rng.integers(1, MAX_SCALAR_POOLS + 1))
+def random_policy(rng: np.random.Generator, max_pools: int = MAX_SCALAR_POOLS) -> CompiledPolicy:
+    n = int(rng.integers(1, max_pools + 1))
     pools: list[dict[str, Any]] = []
     for k in range(n + int(rng.integers(1, 3))):  # and a pool or two of another model
         provider, region = LOCATIONS[int(rng.integers(len(LOCATIONS)))].split(":")
@@ -99,14 +97,17 @@ def random_row(rng: np.random.Generator) -> PoolRow:
 
 class Both(NamedTuple):
     fast: ScalarScored
-    ref: VectorScored
+    ref: ReferenceScored
     view: ModelView
     est_tokens: int
     near_tie: float
+    vector: VectorScored
 
 
-def both(rng: np.random.Generator) -> Both:
-    policy = random_policy(rng)
+def both(rng: np.random.Generator, max_pools: int = MAX_SCALAR_POOLS) -> Both:
+    """The scalar path's, the reference's and the vector path's answers to one random
+    request on a random policy of up to ``max_pools`` pools for the model."""
+    policy = random_policy(rng, max_pools)
     snap = Snapshot.build(policy, {p: random_row(rng) for p in policy.pool_ids}, 100.0)
     view = snap.views["m"]
     region = str(rng.choice(["near", "far"]))
@@ -128,32 +129,59 @@ def both(rng: np.random.Generator) -> Both:
         if rng.random() < 0.5
         else None
     )
-    est_tokens = int(rng.integers(10, 6000))
+    est_tokens = int(rng.integers(10, 6000)) if rng.random() < 0.95 else int(rng.integers(0, 2))
     args = (
         view, view.regions[region], allowed, local, blocked, int(rng.integers(1, 4000)),
         est_tokens, slo.ttft_ms * policy.keep_ttft,
         slo.tpot_ms * policy.keep_tpot, ramp_draw, routing.near_tie,
         routing.fallback == "fastest", mix,
     )  # fmt: skip
-    return Both(score_scalar(*args), score_vector(*args), view, est_tokens, routing.near_tie)
+    return Both(
+        score_scalar(*args), score_reference(*args), view, est_tokens, routing.near_tie,
+        score_vector(*args),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("block", range(4))
 def test_scalar_scoring_equals_the_vectorised_reference(block: int) -> None:
     for seed in range(block, CASES, 4):
-        check_same(seed)
+        fast, ref, view, est_tokens, _, vector = both(np.random.default_rng(seed))
+        check_same(seed, fast, ref, view, est_tokens)
+        check_same(seed, vector, ref, view, est_tokens)
 
 
-def check_same(seed: int) -> None:
-    fast, ref, view, est_tokens, _ = both(np.random.default_rng(seed))
+@pytest.mark.parametrize("block", range(4))
+def test_vector_scoring_of_many_pools_equals_the_reference(block: int) -> None:
+    """The vector path (per-snapshot price order, stacked rows) against the reference, on
+    models of up to 80 pools: many feasible pools, ties and fallbacks at once."""
+    for seed in range(block, CASES // 2, 4):
+        _, ref, view, est_tokens, _, vector = both(np.random.default_rng(10_000 + seed), 80)
+        check_same(seed, vector, ref, view, est_tokens)
+
+
+def check_same(
+    seed: int, fast: ScalarScored | VectorScored, ref: ReferenceScored, view: ModelView,
+    est_tokens: int,
+) -> None:  # fmt: skip
+    # Counted before the (lazy) fallback order is sorted, and after.
+    assert fast.n_tried == len(ref.local_order), seed
     for name in ("ttft_ms", "tpot_ms", "load"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(ref, name), f"{name} {seed}")
     for name in ("eligible", "feasible", "region_ok", "available"):
-        assert getattr(fast, name) == getattr(ref, name).tolist(), (name, seed)
-    assert fast.local_order == ref.local_order.tolist(), seed
+        assert np.asarray(getattr(fast, name)).tolist() == getattr(ref, name).tolist(), (name, seed)
+    assert np.asarray(fast.local_order).tolist() == ref.local_order.tolist(), seed
     assert fast.n_feasible == ref.n_feasible, seed
     # The attempts (pool, TTFT, cost, USD per token), as the request path reads them.
-    assert list(fast.attempts(view, est_tokens)) == list(ref.attempts(view, est_tokens)), seed
+    # (By repr: exact for floats, and NaN, the cost of no tokens at no price, equals NaN.)
+    got, want = list(fast.attempts(view, est_tokens)), list(ref.attempts(view, est_tokens))
+    assert repr(got) == repr(want), seed
+    assert fast.n_tried == len(ref.local_order), seed
+    if isinstance(fast, VectorScored):  # again, with the fallback not sorted yet
+        fresh = fast._replace(memo=[])
+        assert repr(list(fresh.attempts(view, est_tokens))) == repr(want), seed
+        assert repr(next(fast._replace(memo=[]).attempts(view, est_tokens), None)) == repr(
+            next(iter(want), None)
+        ), seed
 
 
 def test_the_random_cases_reach_every_kind_of_ranking() -> None:
@@ -162,7 +190,7 @@ def test_the_random_cases_reach_every_kind_of_ranking() -> None:
     seen = set()
     ties_seen = set()
     for seed in range(CASES):
-        _, ref, view, est_tokens, near_tie = both(np.random.default_rng(seed))
+        _, ref, view, est_tokens, near_tie, _ = both(np.random.default_rng(seed))
         fallback = len(ref.local_order) > ref.n_feasible
         seen.add((min(ref.n_feasible, 2), fallback, len(ref.local_order) == 0))
         cost = est_tokens * view.usd_per_token[ref.feasible]
@@ -186,10 +214,57 @@ def test_rank_gives_the_same_ranking_above_and_below_the_scalar_threshold() -> N
         ranking = rank(request, policy, snap)
         view = snap.views["m"]
         slo = policy.slo["interactive"]
-        ref = score_vector(
+        ref = score_reference(
             view, view.regions["far"], None, None, None, 700, ranking.est_tokens,
             slo.ttft_ms * policy.keep_ttft, slo.tpot_ms * policy.keep_tpot, 0.0,
             policy.policy.routing.near_tie, policy.policy.routing.fallback == "fastest",
         )  # fmt: skip
         assert ranking.order.tolist() == view.members[ref.local_order].tolist()
         np.testing.assert_array_equal(ranking.local_ttft_ms, ref.ttft_ms)
+
+
+def test_the_price_order_is_exact_only_when_no_two_prices_can_cost_the_same() -> None:
+    p = np.array([1e-7, 1e-7, 2e-7, 3e-7, np.inf])
+    assert price_order_exact(p)
+    assert price_order_exact(np.array([np.inf, np.inf]))
+    # One rounding step apart: some token count gives both the same cost.
+    assert not price_order_exact(np.array([1e-7, np.nextafter(1e-7, 1.0), np.inf]))
+    assert not price_order_exact(np.array([5e-324, 1e-7]))  # subnormal: no relative bound
+    close = np.array([1.9, np.nextafter(1.9, 2.0)])
+    assert (5 * close[0] == 5 * close[1]) and close[0] < close[1]  # what the guard is for
+
+
+def test_prices_a_rounding_step_apart_are_ordered_by_cost_as_the_reference_does() -> None:
+    """Where two distinct prices give the same cost, the cost order keeps policy order:
+    the vector path sorts the costs then (``price_order_exact`` is False), with the
+    reference's answer."""
+    for seed in range(60):
+        rng = np.random.default_rng(20_000 + seed)
+        _, _, view, _, _, _ = both(rng, 40)
+        price = view.usd_per_token.copy()
+        finite = np.flatnonzero(np.isfinite(price))
+        cheapest = finite[np.argmin(price[finite])]
+        dearer = finite[finite != cheapest]
+        if len(dearer) < 2:
+            continue
+        # Half the other priced pools (two at least) move to the dearest price or a
+        # rounding step above it, in shuffled policy positions: equal costs of distinct
+        # prices, behind a cheaper pool (not near ties then).
+        base = price[finite].max()
+        for k, j in enumerate(rng.permutation(dearer)[: max(2, len(dearer) // 2)]):
+            price[j] = np.nextafter(base, np.inf) if k % 2 else base
+        by_price = np.argsort(price, kind="stable")
+        odd = replace(
+            view, usd_per_token=price, by_price=by_price, sorted_price=price[by_price],
+            price_order_exact=price_order_exact(price[by_price]),
+            price_py=price.tolist(), price_obj=np.array(price.tolist(), dtype=object),
+        )  # fmt: skip
+        assert not odd.price_order_exact
+        for est_tokens in (5, 11, 27, 1001, 4097):
+            args = (
+                odd, odd.regions["near"], None, None, None, 500, est_tokens, 1e9, 1e9, 0.0,
+                0.0, True, None,
+            )  # fmt: skip
+            ref = score_reference(*args)
+            check_same(seed, score_vector(*args), ref, odd, est_tokens)
+            check_same(seed, score_scalar(*args), ref, odd, est_tokens)
