@@ -28,6 +28,7 @@ import numpy as np
 from autoscaler.config import ScalerConfig
 from autoscaler.demand import DemandHistory, LineForecast, forecast_lines, line_key
 from autoscaler.fleet import Fleet, PoolStatus, build_fleet
+from autoscaler.goodput import slot_load
 from autoscaler.milp import MixProblem, MixSolution, solve_mix
 from autoscaler.plan import DemandLine, Plan
 from autoscaler.reasons import explain
@@ -88,10 +89,30 @@ def _feasible(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> Bo
     return out
 
 
+def _load(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> FloatArray:
+    """[pool, line]: slot time a token/s of the line uses on the pool, per token/s of
+    the pool's goodput (``goodput.slot_load`` of the line's mean prompt and output);
+    1 for embedding models, whose goodput is already in the tokens they are asked for."""
+    out = np.ones((fleet.size, len(lines)))
+    for i, s in enumerate(fleet.specs):
+        model = policy.models[s.model]
+        if model.kind == "embedding":
+            continue
+        slo = policy.slo_classes[model.default_slo]
+        correction = fleet.corrections.get(s.id, 1.0)
+        for j, line in enumerate(lines):
+            if line.model == s.model:
+                out[i, j] = slot_load(
+                    s.goodput, slo, line.prompt_tokens, line.output_tokens, correction
+                )
+    return out
+
+
 def _problem(
     fleet: Fleet,
     lines: Sequence[LineForecast],
     feasible: BoolArray,
+    load: FloatArray,
     demand: FloatArray,
     firm: FloatArray,
     lower: IntArray,
@@ -113,6 +134,7 @@ def _problem(
         budget_usd_per_hour=config.budget_usd_per_hour,
         spot_cap=config.spot_cap,
         firm=firm,
+        load=load,
     )
 
 
@@ -155,11 +177,15 @@ def _bounds(
 
 
 def _make_before_break(
-    fleet: Fleet, target: IntArray, lines: Sequence[LineForecast], config: ScalerConfig
+    fleet: Fleet,
+    target: IntArray,
+    lines: Sequence[LineForecast],
+    load: FloatArray,
+    config: ScalerConfig,
 ) -> tuple[IntArray, set[str]]:
     """Undo a model's scale-downs while its ready capacity after them would not cover
     its demand until replicas ordered now are ready (unless undoing them would break
-    the budget)."""
+    the budget). A pool's capacity counts at the heaviest ``load`` of the model's lines."""
     out = target.copy()
     waiting: set[str] = set()
     for model in sorted({s.model for s in fleet.specs}):
@@ -167,8 +193,10 @@ def _make_before_break(
         shrinking = [i for i in members if out[i] < fleet.current[i]]
         if not shrinking:
             continue
-        need = sum(ln.upper_now * config.headroom for ln in lines if ln.model == model)
-        after = sum(fleet.capacity[i] * min(fleet.ready[i], out[i]) for i in members)
+        mine = [j for j, ln in enumerate(lines) if ln.model == model]
+        need = sum(lines[j].upper_now * config.headroom for j in mine)
+        heaviest = [max((float(load[i, j]) for j in mine), default=1.0) for i in range(len(out))]
+        after = sum(fleet.capacity[i] * min(fleet.ready[i], out[i]) / heaviest[i] for i in members)
         kept = float(fleet.cost @ out) + sum(
             float(fleet.cost[i]) * int(fleet.current[i] - out[i]) for i in shrinking
         )
@@ -198,13 +226,14 @@ def decide(
     fleet = build_fleet(pools, prices, policy, state, config, now)
     lines = forecast_lines(history, policy, config, state.calibration)
     feasible = _feasible(fleet, lines, policy)
+    load = _load(fleet, lines, policy)
     required = np.asarray([ln.upper * config.headroom for ln in lines], dtype=np.float64)
     # The spot cap holds for the expected demand; the margin above it may go to spot.
     firm = np.asarray([ln.mean * config.headroom for ln in lines], dtype=np.float64)
     reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
 
     def problem(lower: IntArray, upper: IntArray, demand: FloatArray) -> MixProblem:
-        return _problem(fleet, lines, feasible, demand, firm, lower, upper, config)
+        return _problem(fleet, lines, feasible, load, demand, firm, lower, upper, config)
 
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
     raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
@@ -238,7 +267,7 @@ def decide(
             required.copy(),
             float(fleet.cost @ fleet.current),
         )
-    target, waiting = _make_before_break(fleet, solution.replicas, lines, config)
+    target, waiting = _make_before_break(fleet, solution.replicas, lines, load, config)
     demand = tuple(
         DemandLine(
             model=ln.model,

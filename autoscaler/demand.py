@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -54,6 +54,8 @@ class LineForecast:
     ``prompt_tokens``: mean prompt length (tokens), for the TTFT check.
     ``calibration``: the line's upper-quantile correction after this cycle (already
     applied to ``upper`` and ``upper_now``), for the next state.
+    ``output_tokens``: mean output length (tokens per request; 0: unknown), which with
+    ``prompt_tokens`` prices the batch-slot time of a token (``goodput.slot_load``).
     """
 
     model: str
@@ -64,6 +66,7 @@ class LineForecast:
     prompt_tokens: float
     reliable: bool
     calibration: LineCalibration = field(default_factory=LineCalibration)
+    output_tokens: float = 0.0
 
 
 def lead_time_s(policy: Policy, model: str) -> float:
@@ -153,9 +156,7 @@ def forecast_lines(
         requests = float(grid["requests"][day:].sum())
         prompt = float(grid["prompt_tokens"][day:].sum())
         prompt_mean = prompt / requests if requests else float(config.default_prompt_tokens)
-        out.append(
-            LineForecast(
-                model, region, mean, upper, upper_now, prompt_mean, fc.reliable, calibration=cal
-            )
-        )
+        output_mean = float(grid["output_tokens"][day:].sum()) / requests if requests else 0.0
+        line = LineForecast(model, region, mean, upper, upper_now, prompt_mean, fc.reliable)
+        out.append(replace(line, calibration=cal, output_tokens=output_mean))
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from autoscaler.milp import MixProblem, solve_mix
@@ -43,3 +45,15 @@ def test_firm_demand_above_the_demand_counts_as_the_demand() -> None:
     solution = solve_mix(_problem(6000.0, 9000.0))
     assert solution is not None
     assert list(solution.replicas) == [3, 3]
+
+
+def test_a_line_that_loads_a_pool_more_needs_more_of_its_replicas() -> None:
+    # 5000 tokens/s on the on-demand pool alone; each token costs 1.1 tokens of its goodput.
+    base = _problem(5000.0, None)
+    one_pool = replace(base, spot=np.zeros(2, dtype=np.bool_), upper=np.asarray([0, 20]))
+    plain = solve_mix(one_pool)
+    loaded = solve_mix(replace(one_pool, load=np.full((2, 1), 1.1)))
+    assert plain is not None and loaded is not None
+    assert list(plain.replicas) == [0, 5]
+    assert list(loaded.replicas) == [0, 6]
+    assert float(loaded.assigned.sum()) >= 5000.0 - 1e-6
