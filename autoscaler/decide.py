@@ -89,6 +89,16 @@ def _feasible(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> Bo
     return out
 
 
+def _upper(line: LineForecast, j: int, lines: Sequence[LineForecast], feasible: BoolArray) -> float:
+    """The upper bound line ``j`` is planned for: its share of the margin its model's
+    lines need together (``LineForecast.pooled_upper``) if some pool can serve every one
+    of them, so that capacity held for one line's burst can serve another's (the router
+    moves the others off it); else its own upper bound."""
+    mine = [k for k, ln in enumerate(lines) if ln.model == line.model]
+    shared = bool(feasible[:, mine].all(axis=1).any()) if feasible.size else False
+    return line.pooled_upper if shared else line.upper
+
+
 def _load(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> FloatArray:
     """[pool, line]: slot time a token/s of the line uses on the pool, per token/s of
     the pool's goodput (``goodput.slot_load`` of the line's mean prompt and output);
@@ -227,7 +237,10 @@ def decide(
     lines = forecast_lines(history, policy, config, state.calibration)
     feasible = _feasible(fleet, lines, policy)
     load = _load(fleet, lines, policy)
-    required = np.asarray([ln.upper * config.headroom for ln in lines], dtype=np.float64)
+    required = np.asarray(
+        [_upper(ln, j, lines, feasible) * config.headroom for j, ln in enumerate(lines)],
+        dtype=np.float64,
+    )
     # The spot cap holds for the expected demand; the margin above it may go to spot.
     firm = np.asarray([ln.mean * config.headroom for ln in lines], dtype=np.float64)
     reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
