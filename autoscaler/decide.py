@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,12 +71,12 @@ def served_share(limit_tokens: float, mean_prompt_tokens: float) -> float:
     return 1.0 - math.exp(-limit_tokens / mean_prompt_tokens)
 
 
-def _feasible(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> BoolArray:
-    """[pool, line]: the pool serves the line's model, may serve its client region, and
-    meets the TTFT target (RTT plus prefill, with the router's SLO margin) for at least
-    ``FEASIBLE_SHARE`` of the line's requests (``served_share``)."""
+def _in_time(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> FloatArray:
+    """[pool, line]: share of the line's requests the pool serves within the TTFT target
+    (RTT plus prefill, with the router's SLO margin; ``served_share``); 0 where the pool
+    serves another model or may not serve the line's client region."""
     keep = 1.0 - policy.routing.slo_headroom
-    out = np.zeros((fleet.size, len(lines)), dtype=np.bool_)
+    out = np.zeros((fleet.size, len(lines)))
     for j, line in enumerate(lines):
         rtt = policy.client_regions[line.client_region].rtt_ms
         for i, s in enumerate(fleet.specs):
@@ -85,7 +85,7 @@ def _feasible(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> Bo
             slo = policy.slo_classes[policy.models[s.model].default_slo]
             spare_ms = slo.ttft_ms * keep - rtt[s.location]
             limit = spare_ms * s.goodput.prefill_tokens_per_s / 1000.0
-            out[i, j] = served_share(limit, line.prompt_tokens) >= FEASIBLE_SHARE
+            out[i, j] = served_share(limit, line.prompt_tokens)
     return out
 
 
@@ -235,7 +235,11 @@ def decide(
     now = history.now_s
     fleet = build_fleet(pools, prices, policy, state, config, now)
     lines = forecast_lines(history, policy, config, state.calibration)
-    feasible = _feasible(fleet, lines, policy)
+    # A pool serves a line if it meets the TTFT for at least FEASIBLE_SHARE of its
+    # requests, and then no more than that share of it (the longer prompts need a
+    # faster prefill: MixProblem.in_time).
+    in_time = _in_time(fleet, lines, policy)
+    feasible = in_time >= FEASIBLE_SHARE
     load = _load(fleet, lines, policy)
     required = np.asarray(
         [_upper(ln, j, lines, feasible) * config.headroom for j, ln in enumerate(lines)],
@@ -246,7 +250,8 @@ def decide(
     reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
 
     def problem(lower: IntArray, upper: IntArray, demand: FloatArray) -> MixProblem:
-        return _problem(fleet, lines, feasible, load, demand, firm, lower, upper, config)
+        pr = _problem(fleet, lines, feasible, load, demand, firm, lower, upper, config)
+        return replace(pr, in_time=in_time)
 
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
     raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
