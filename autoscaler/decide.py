@@ -6,7 +6,11 @@ Each cycle:
 2. correct each pool's goodput from what it measured while the SLO held;
 3. recommend the cheapest mix for the forecast plus a margin (``autoscaler.milp``),
    and remember it for the stabilisation window. The spot cap applies to the forecast
-   mean: the margin up to the upper quantile may sit on the cheapest pools, spot too;
+   mean: the margin up to the upper quantile may sit on the cheapest pools, spot too.
+   A model's lines get the share of their margins they need together
+   (``autoscaler.pooling``); a line's tokens are priced by the batch-slot time they
+   hold on each pool (``goodput.slot_load``), and a pool carries no more of a line than
+   the share of its prompts it prefills within the TTFT, if a faster pool can take the rest;
 4. plan the cheapest mix within this cycle's bounds: up by at most a step
    (``ScalerConfig.step``); down only after the cooldown, with a reliable forecast, no
    lower than any recommendation in the window, and by at most a step. If the budget
