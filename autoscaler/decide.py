@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -93,8 +93,8 @@ def _in_time(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> Flo
     return out
 
 
-def _upper(line: LineForecast, j: int, lines: Sequence[LineForecast], feasible: BoolArray) -> float:
-    """The upper bound line ``j`` is planned for: its share of the margin its model's
+def _upper(line: LineForecast, lines: Sequence[LineForecast], feasible: BoolArray) -> float:
+    """The upper bound ``line`` is planned for: its share of the margin its model's
     lines need together (``LineForecast.pooled_upper``) if some pool can serve every one
     of them, so that capacity held for one line's burst can serve another's (the router
     moves the others off it); else its own upper bound."""
@@ -125,7 +125,7 @@ def _load(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> FloatA
 def _problem(
     fleet: Fleet,
     lines: Sequence[LineForecast],
-    feasible: BoolArray,
+    in_time: FloatArray,
     load: FloatArray,
     demand: FloatArray,
     firm: FloatArray,
@@ -144,11 +144,12 @@ def _problem(
         pool_model=np.asarray([models.index(s.model) for s in fleet.specs], dtype=np.intp),
         demand=demand,
         line_model=np.asarray([models.index(ln.model) for ln in lines], dtype=np.intp),
-        feasible=feasible,
+        feasible=in_time >= FEASIBLE_SHARE,
         budget_usd_per_hour=config.budget_usd_per_hour,
         spot_cap=config.spot_cap,
         firm=firm,
         load=load,
+        in_time=in_time,
     )
 
 
@@ -246,7 +247,7 @@ def decide(
     feasible = in_time >= FEASIBLE_SHARE
     load = _load(fleet, lines, policy)
     required = np.asarray(
-        [_upper(ln, j, lines, feasible) * config.headroom for j, ln in enumerate(lines)],
+        [_upper(ln, lines, feasible) * config.headroom for ln in lines],
         dtype=np.float64,
     )
     # The spot cap holds for the expected demand; the margin above it may go to spot.
@@ -254,8 +255,7 @@ def decide(
     reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
 
     def problem(lower: IntArray, upper: IntArray, demand: FloatArray) -> MixProblem:
-        pr = _problem(fleet, lines, feasible, load, demand, firm, lower, upper, config)
-        return replace(pr, in_time=in_time)
+        return _problem(fleet, lines, in_time, load, demand, firm, lower, upper, config)
 
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
     raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
