@@ -93,6 +93,27 @@ def _in_time(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> Flo
     return out
 
 
+def _countable(
+    in_time: FloatArray,
+    feasible: BoolArray,
+    lines: Sequence[LineForecast],
+    policy: Policy,
+    config: ScalerConfig,
+) -> FloatArray:
+    """``in_time`` with a serving pool's share read as 1 where the requests it would not
+    serve in time are fewer than one per cycle (``interval_s``) at the line's mean rate:
+    a plan cannot place a fraction of a request, and a whole faster replica for one
+    request an hour (a 13k-token TTFT limit against a 1,155-token mean) is no plan."""
+    out = in_time.copy()
+    for j, ln in enumerate(lines):
+        embedding = policy.models[ln.model].kind == "embedding"
+        per_request = ln.prompt_tokens if embedding else ln.output_tokens
+        rate = ln.mean / per_request if per_request > 0 else 0.0  # requests/s
+        late = (1.0 - in_time[:, j]) * rate * config.interval_s
+        out[:, j] = np.where(feasible[:, j] & (late < 1.0), 1.0, in_time[:, j])
+    return out
+
+
 def _upper(line: LineForecast, lines: Sequence[LineForecast], feasible: BoolArray) -> float:
     """The upper bound ``line`` is planned for: its share of the margin its model's
     lines need together (``LineForecast.pooled_upper``) if some pool can serve every one
@@ -245,6 +266,7 @@ def decide(
     # faster prefill: MixProblem.in_time).
     in_time = _in_time(fleet, lines, policy)
     feasible = in_time >= FEASIBLE_SHARE
+    in_time = _countable(in_time, feasible, lines, policy, config)
     load = _load(fleet, lines, policy)
     required = np.asarray(
         [_upper(ln, lines, feasible) * config.headroom for ln in lines],
