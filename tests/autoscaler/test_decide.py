@@ -435,3 +435,16 @@ def test_served_share_follows_the_exponential_law() -> None:
     assert served_share(-1.0, 1000.0) == 0.0
     assert served_share(1000.0, 0.0) == 1.0
     assert abs(served_share(1000.0 * np.log(2.0), 1000.0) - 0.5) < 1e-12
+
+
+def test_a_sliver_of_prompts_too_long_for_the_cheap_pool_buys_no_fast_replica() -> None:
+    # At 8k tokens/s the cheap pool prefills prompts up to ~14k tokens within the TTFT:
+    # all but 4 in a million of a 1,155-token mean, far under one request per cycle.
+    pools = [
+        pool_doc("aws:us-east-1:slow", prefill=8000.0, usd=0.5),
+        pool_doc("aws:us-east-1:fast", prefill=20_000.0, usd=2.0),
+    ]
+    policy = make_policy(pools)
+    demand = history({"us": steady(5000.0)}, prompt_tokens=1155.0)
+    plan = decide(demand, statuses(policy), prices(policy), policy, ScalerState(), config())
+    assert _targets(plan)["aws:us-east-1:fast"] == 0
