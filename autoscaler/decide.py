@@ -6,7 +6,11 @@ Each cycle:
 2. correct each pool's goodput from what it measured while the SLO held;
 3. recommend the cheapest mix for the forecast plus a margin (``autoscaler.milp``),
    and remember it for the stabilisation window. The spot cap applies to the forecast
-   mean: the margin up to the upper quantile may sit on the cheapest pools, spot too;
+   mean: the margin up to the upper quantile may sit on the cheapest pools, spot too.
+   A model's lines get the share of their margins they need together
+   (``autoscaler.pooling``); a line's tokens are priced by the batch-slot time they
+   hold on each pool (``goodput.slot_load``), and a pool carries no more of a line than
+   the share of its prompts it prefills within the TTFT, if a faster pool can take the rest;
 4. plan the cheapest mix within this cycle's bounds: up by at most a step
    (``ScalerConfig.step``); down only after the cooldown, with a reliable forecast, no
    lower than any recommendation in the window, and by at most a step. If the budget
@@ -28,6 +32,7 @@ import numpy as np
 from autoscaler.config import ScalerConfig
 from autoscaler.demand import DemandHistory, LineForecast, forecast_lines, line_key
 from autoscaler.fleet import Fleet, PoolStatus, build_fleet
+from autoscaler.goodput import slot_load
 from autoscaler.milp import MixProblem, MixSolution, solve_mix
 from autoscaler.plan import DemandLine, Plan
 from autoscaler.reasons import explain
@@ -70,12 +75,12 @@ def served_share(limit_tokens: float, mean_prompt_tokens: float) -> float:
     return 1.0 - math.exp(-limit_tokens / mean_prompt_tokens)
 
 
-def _feasible(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> BoolArray:
-    """[pool, line]: the pool serves the line's model, may serve its client region, and
-    meets the TTFT target (RTT plus prefill, with the router's SLO margin) for at least
-    ``FEASIBLE_SHARE`` of the line's requests (``served_share``)."""
+def _in_time(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> FloatArray:
+    """[pool, line]: share of the line's requests the pool serves within the TTFT target
+    (RTT plus prefill, with the router's SLO margin; ``served_share``); 0 where the pool
+    serves another model or may not serve the line's client region."""
     keep = 1.0 - policy.routing.slo_headroom
-    out = np.zeros((fleet.size, len(lines)), dtype=np.bool_)
+    out = np.zeros((fleet.size, len(lines)))
     for j, line in enumerate(lines):
         rtt = policy.client_regions[line.client_region].rtt_ms
         for i, s in enumerate(fleet.specs):
@@ -84,14 +89,65 @@ def _feasible(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> Bo
             slo = policy.slo_classes[policy.models[s.model].default_slo]
             spare_ms = slo.ttft_ms * keep - rtt[s.location]
             limit = spare_ms * s.goodput.prefill_tokens_per_s / 1000.0
-            out[i, j] = served_share(limit, line.prompt_tokens) >= FEASIBLE_SHARE
+            out[i, j] = served_share(limit, line.prompt_tokens)
+    return out
+
+
+def _countable(
+    in_time: FloatArray,
+    feasible: BoolArray,
+    lines: Sequence[LineForecast],
+    policy: Policy,
+    config: ScalerConfig,
+) -> FloatArray:
+    """``in_time`` with a serving pool's share read as 1 where the requests it would not
+    serve in time are fewer than one per cycle (``interval_s``) at the line's mean rate:
+    a plan cannot place a fraction of a request, and a whole faster replica for one
+    request an hour (a 13k-token TTFT limit against a 1,155-token mean) is no plan."""
+    out = in_time.copy()
+    for j, ln in enumerate(lines):
+        embedding = policy.models[ln.model].kind == "embedding"
+        per_request = ln.prompt_tokens if embedding else ln.output_tokens
+        rate = ln.mean / per_request if per_request > 0 else 0.0  # requests/s
+        late = (1.0 - in_time[:, j]) * rate * config.interval_s
+        out[:, j] = np.where(feasible[:, j] & (late < 1.0), 1.0, in_time[:, j])
+    return out
+
+
+def _upper(line: LineForecast, lines: Sequence[LineForecast], feasible: BoolArray) -> float:
+    """The upper bound ``line`` is planned for: its share of the margin its model's
+    lines need together (``LineForecast.pooled_upper``) if some pool can serve every one
+    of them, so that capacity held for one line's burst can serve another's (the router
+    moves the others off it); else its own upper bound."""
+    mine = [k for k, ln in enumerate(lines) if ln.model == line.model]
+    shared = bool(feasible[:, mine].all(axis=1).any()) if feasible.size else False
+    return line.pooled_upper if shared else line.upper
+
+
+def _load(fleet: Fleet, lines: Sequence[LineForecast], policy: Policy) -> FloatArray:
+    """[pool, line]: slot time a token/s of the line uses on the pool, per token/s of
+    the pool's goodput (``goodput.slot_load`` of the line's mean prompt and output);
+    1 for embedding models, whose goodput is already in the tokens they are asked for."""
+    out = np.ones((fleet.size, len(lines)))
+    for i, s in enumerate(fleet.specs):
+        model = policy.models[s.model]
+        if model.kind == "embedding":
+            continue
+        slo = policy.slo_classes[model.default_slo]
+        correction = fleet.corrections.get(s.id, 1.0)
+        for j, line in enumerate(lines):
+            if line.model == s.model:
+                out[i, j] = slot_load(
+                    s.goodput, slo, line.prompt_tokens, line.output_tokens, correction
+                )
     return out
 
 
 def _problem(
     fleet: Fleet,
     lines: Sequence[LineForecast],
-    feasible: BoolArray,
+    in_time: FloatArray,
+    load: FloatArray,
     demand: FloatArray,
     firm: FloatArray,
     lower: IntArray,
@@ -109,10 +165,12 @@ def _problem(
         pool_model=np.asarray([models.index(s.model) for s in fleet.specs], dtype=np.intp),
         demand=demand,
         line_model=np.asarray([models.index(ln.model) for ln in lines], dtype=np.intp),
-        feasible=feasible,
+        feasible=in_time >= FEASIBLE_SHARE,
         budget_usd_per_hour=config.budget_usd_per_hour,
         spot_cap=config.spot_cap,
         firm=firm,
+        load=load,
+        in_time=in_time,
     )
 
 
@@ -155,11 +213,15 @@ def _bounds(
 
 
 def _make_before_break(
-    fleet: Fleet, target: IntArray, lines: Sequence[LineForecast], config: ScalerConfig
+    fleet: Fleet,
+    target: IntArray,
+    lines: Sequence[LineForecast],
+    load: FloatArray,
+    config: ScalerConfig,
 ) -> tuple[IntArray, set[str]]:
     """Undo a model's scale-downs while its ready capacity after them would not cover
     its demand until replicas ordered now are ready (unless undoing them would break
-    the budget)."""
+    the budget). A pool's capacity counts at the heaviest ``load`` of the model's lines."""
     out = target.copy()
     waiting: set[str] = set()
     for model in sorted({s.model for s in fleet.specs}):
@@ -167,8 +229,10 @@ def _make_before_break(
         shrinking = [i for i in members if out[i] < fleet.current[i]]
         if not shrinking:
             continue
-        need = sum(ln.upper_now * config.headroom for ln in lines if ln.model == model)
-        after = sum(fleet.capacity[i] * min(fleet.ready[i], out[i]) for i in members)
+        mine = [j for j, ln in enumerate(lines) if ln.model == model]
+        need = sum(lines[j].upper_now * config.headroom for j in mine)
+        heaviest = [max((float(load[i, j]) for j in mine), default=1.0) for i in range(len(out))]
+        after = sum(fleet.capacity[i] * min(fleet.ready[i], out[i]) / heaviest[i] for i in members)
         kept = float(fleet.cost @ out) + sum(
             float(fleet.cost[i]) * int(fleet.current[i] - out[i]) for i in shrinking
         )
@@ -197,14 +261,23 @@ def decide(
     now = history.now_s
     fleet = build_fleet(pools, prices, policy, state, config, now)
     lines = forecast_lines(history, policy, config, state.calibration)
-    feasible = _feasible(fleet, lines, policy)
-    required = np.asarray([ln.upper * config.headroom for ln in lines], dtype=np.float64)
+    # A pool serves a line if it meets the TTFT for at least FEASIBLE_SHARE of its
+    # requests, and then no more than that share of it (the longer prompts need a
+    # faster prefill: MixProblem.in_time).
+    in_time = _in_time(fleet, lines, policy)
+    feasible = in_time >= FEASIBLE_SHARE
+    in_time = _countable(in_time, feasible, lines, policy, config)
+    load = _load(fleet, lines, policy)
+    required = np.asarray(
+        [_upper(ln, lines, feasible) * config.headroom for ln in lines],
+        dtype=np.float64,
+    )
     # The spot cap holds for the expected demand; the margin above it may go to spot.
     firm = np.asarray([ln.mean * config.headroom for ln in lines], dtype=np.float64)
     reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
 
     def problem(lower: IntArray, upper: IntArray, demand: FloatArray) -> MixProblem:
-        return _problem(fleet, lines, feasible, demand, firm, lower, upper, config)
+        return _problem(fleet, lines, in_time, load, demand, firm, lower, upper, config)
 
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
     raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
@@ -238,7 +311,7 @@ def decide(
             required.copy(),
             float(fleet.cost @ fleet.current),
         )
-    target, waiting = _make_before_break(fleet, solution.replicas, lines, config)
+    target, waiting = _make_before_break(fleet, solution.replicas, lines, load, config)
     demand = tuple(
         DemandLine(
             model=ln.model,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from autoscaler.calibrate import LineCalibration
 from autoscaler.config import ScalerConfig
 from autoscaler.forecast import Forecast, forecast_rate
 from autoscaler.gaps import missing_windows
+from autoscaler.pooling import pooled_share
 from base.types import FloatArray
 from live.demand_table import DemandSeries
 from router.policy import Policy
@@ -54,6 +55,11 @@ class LineForecast:
     ``prompt_tokens``: mean prompt length (tokens), for the TTFT check.
     ``calibration``: the line's upper-quantile correction after this cycle (already
     applied to ``upper`` and ``upper_now``), for the next state.
+    ``output_tokens``: mean output length (tokens per request; 0: unknown), which with
+    ``prompt_tokens`` prices the batch-slot time of a token (``goodput.slot_load``).
+    ``pooled``: ``mean`` plus the share of this line's margin its model's lines need
+    together (``autoscaler.pooling``; NaN: not pooled); ``upper`` stays the line's own
+    bound, which the calibration scores.
     """
 
     model: str
@@ -64,6 +70,15 @@ class LineForecast:
     prompt_tokens: float
     reliable: bool
     calibration: LineCalibration = field(default_factory=LineCalibration)
+    output_tokens: float = 0.0
+    pooled: float = math.nan
+
+    @property
+    def pooled_upper(self) -> float:
+        """The upper bound this line needs when its model's lines share capacity
+        (``autoscaler.pooling``): its mean plus the pooled share of its margin; its own
+        ``upper`` when not pooled."""
+        return self.upper if math.isnan(self.pooled) else self.pooled
 
 
 def lead_time_s(policy: Policy, model: str) -> float:
@@ -128,6 +143,8 @@ def forecast_lines(
     first = min((int(b[0]) for b in busy if len(b)), default=n)
     out: list[LineForecast] = []
     fc_config = config.forecast
+    # Per model: each reliable line's rate and uncorrected margin, for risk pooling.
+    pooling: dict[str, list[tuple[FloatArray, float]]] = {}
     for (model, region), grid in grids.items():
         embedding = policy.models[model].kind == "embedding"
         tokens = grid["prompt_tokens" if embedding else "output_tokens"][first:]
@@ -144,6 +161,8 @@ def forecast_lines(
         fc: Forecast = forecast_rate(rate, since_s, fb, horizon, fc_config)
         mean, upper = fc.peak(until, since_s=ready_s)
         _, upper_now = fc.peak(ready_s)
+        if fc.reliable:
+            pooling.setdefault(model, []).append((rate, upper - mean))
         if fc.reliable and fc_config.calibration_gain > 0:
             # An unreliable forecast is the recent peak, not the model: neither
             # corrected nor scored.
@@ -153,9 +172,21 @@ def forecast_lines(
         requests = float(grid["requests"][day:].sum())
         prompt = float(grid["prompt_tokens"][day:].sum())
         prompt_mean = prompt / requests if requests else float(config.default_prompt_tokens)
-        out.append(
-            LineForecast(
-                model, region, mean, upper, upper_now, prompt_mean, fc.reliable, calibration=cal
-            )
-        )
-    return out
+        output_mean = float(grid["output_tokens"][day:].sum()) / requests if requests else 0.0
+        line = LineForecast(model, region, mean, upper, upper_now, prompt_mean, fc.reliable)
+        out.append(replace(line, calibration=cal, output_tokens=output_mean))
+    shares = {}
+    for model, seen in pooling.items():
+        ready_s = history.now_s + lead_time_s(policy, model)
+        until = ready_s + config.interval_s
+        horizon = max(math.ceil((until - end) / fb), 1)
+        rates, margins = [r for r, _ in seen], [m for _, m in seen]
+        since_s = start + first * fb
+        span = (ready_s, until)
+        shares[model] = pooled_share(rates, margins, since_s, fb, horizon, span, fc_config)
+    return [
+        replace(ln, pooled=ln.mean + shares[ln.model] * (ln.upper - ln.mean))
+        if ln.reliable and ln.model in shares
+        else ln
+        for ln in out
+    ]

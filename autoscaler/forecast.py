@@ -161,12 +161,23 @@ def _level(z: FloatArray, alpha: float) -> FloatArray:
     return np.concatenate([z[:1], np.asarray(filtered, dtype=np.float64)])
 
 
+def _settled(alpha: float) -> int:
+    """The first origin whose level rests on as many observations as the EWMA averages,
+    (2 - ``alpha``) / ``alpha`` (the mean whose variance an EWMA's matches): 2 at 0.5.
+
+    The level starts at the series' first value, so before that it is the first one
+    or two buckets, not a forecast; scoring it counts a start-up transient (a partial or
+    ramping first bucket) as forecast error, and on a short history that one outlier
+    sets the upper quantile (it made the 95 % bound 1.5x the mean on an hour's trace)."""
+    return max(math.ceil((2.0 - alpha) / alpha) - 1, 0)
+
+
 def _errors(x: FloatArray, s: FloatArray, w: float, alpha: float, h: int, first: int) -> FloatArray:
     """h-step log errors of weight ``w`` for origins ``first`` .. n-1-h whose target
-    was observed (a missing window scores nothing)."""
+    was observed (a missing window scores nothing), from the level's ``_settled`` origin."""
     n = len(x)
     level = _level(_held(x - w * s[:n]), alpha)
-    origins = np.arange(max(first, 0), n - h)
+    origins = np.arange(max(first, _settled(alpha)), n - h)
     err = x[origins + h] - (level[origins] + w * s[origins + h])
     return err[np.isfinite(err)]
 

@@ -24,6 +24,7 @@ __all__ = [
     "GoodputObservation",
     "goodput_tokens_per_s",
     "observed_correction",
+    "slot_load",
     "tpot_at",
     "update_correction",
 ]
@@ -79,14 +80,47 @@ def goodput_tokens_per_s(
     target = slo.tpot_ms / factor  # the profile's TPOT that becomes slo.tpot_ms once corrected
     if target < profile.tpot_ms:
         return 0.0
+    running = _slo_running(profile, target)
+    return running * 1000.0 / (tpot_at(profile, running) * factor)
+
+
+def _slo_running(profile: GoodputProfile, target_ms: float) -> float:
+    """The largest batch whose profiled TPOT is within ``target_ms`` (>= the base TPOT)."""
     top = profile.max_concurrency
     full = _full_tpot_ms(profile)
-    if target >= full or top == 1:
-        running = float(top)
-    else:
-        slope = (full - profile.tpot_ms) / (top - 1)
-        running = float(min(1 + math.floor((target - profile.tpot_ms) / slope + 1e-9), top))
-    return running * 1000.0 / (tpot_at(profile, running) * factor)
+    if target_ms >= full or top == 1:
+        return float(top)
+    slope = (full - profile.tpot_ms) / (top - 1)
+    return float(min(1 + math.floor((target_ms - profile.tpot_ms) / slope + 1e-9), top))
+
+
+def slot_load(
+    profile: GoodputProfile,
+    slo: SLOClass,
+    prompt_tokens: float,
+    output_tokens: float,
+    correction: float = 1.0,
+) -> float:
+    """Batch-slot time one output token of a request mix costs on this replica, relative
+    to what ``goodput_tokens_per_s`` assumes (1: the mix is what goodput is measured on).
+
+    Goodput counts decode only: each slot emits a token every TPOT at the SLO's batch.
+    But a request holds its slot through its prefill too (``prompt_tokens`` /
+    ``prefill_tokens_per_s``), and its first token comes out of the prefill (vLLM), so it
+    costs prefill + (``output_tokens`` - 1) x TPOT of slot time for ``output_tokens``
+    tokens. A conversation mix (1,155 prompt / 211 output tokens) is within 1 % of 1; code
+    completion (2,048 / 28) or long contexts cost 5-10 % more slot time per output token,
+    and sizing them by goodput alone leaves their pools short. ``prompt_tokens`` and
+    ``output_tokens`` are means per request; 1.0 if either is unknown (<= 0) or the pool
+    cannot meet the TPOT target (goodput 0).
+    """
+    factor = min(max(correction, CORRECTION_BOUNDS[0]), CORRECTION_BOUNDS[1])
+    target = slo.tpot_ms / factor
+    if output_tokens <= 0 or prompt_tokens < 0 or target < profile.tpot_ms:
+        return 1.0
+    tpot_ms = tpot_at(profile, _slo_running(profile, target)) * factor
+    prefill_ms = prompt_tokens * 1000.0 / profile.prefill_tokens_per_s
+    return (prefill_ms + max(output_tokens - 1.0, 0.0) * tpot_ms) / (output_tokens * tpot_ms)
 
 
 def observed_correction(

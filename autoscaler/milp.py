@@ -5,7 +5,8 @@ is a MILP, solved with HiGHS through ``scipy.optimize.milp``:
 
     minimise    Σ_p cost_p · n_p  +  ε Σ_p |n_p − current_p|  +  M Σ_l short_l
     subject to  Σ_{p feasible for l} x_{p,l} + short_l ≥ demand_l        every demand line l
-                Σ_l x_{p,l} ≤ goodput_p · n_p                            every pool p
+                Σ_l load_{p,l} · x_{p,l} ≤ goodput_p · n_p               every pool p
+                Σ_{q: in_time_{q,l} ≤ s} x_{q,l} ≤ s · demand_l           every line l, share s
                 Σ_{p spot, l of m} x_{p,l} ≤ Σ_{l of m} (demand_l − (1 − spot_cap) · firm_l)
                                                                          every model m
                 Σ_p cost_p · n_p ≤ budget
@@ -15,6 +16,9 @@ A demand line is one model from one client region (tokens/s); ``x`` is the goodp
 pool gives a line. Shortfall is allowed but priced far above any replica, so it is used
 only when the bounds or the budget leave no other way, and then it says how much is
 missing. The ε term prefers, among equally cheap mixes, the one closest to now.
+``load`` is the slot time a token of line l costs on pool p relative to the token
+goodput is measured in (``autoscaler.goodput.slot_load``; 1 by default): a line of long
+prompts uses more of a pool than its output tokens/s say.
 
 ``firm`` is the part of the demand that must not hang on spot capacity beyond the spot
 cap (by default all of it, which makes the spot row read Σ spot x ≤ spot_cap · demand).
@@ -46,6 +50,12 @@ class MixProblem:
     SLO. ``pool_model`` and ``line_model``: model index of each pool and line.
     ``firm``: tokens/s per line that on-demand pools must carry (1 − ``spot_cap``) of
     (None: all of ``demand``; values above ``demand`` count as ``demand``).
+    ``load[p, l]``: pool capacity one token/s of line l uses on pool p (> 0; None: 1).
+    ``in_time[p, l]``: share (0-1) of line l's requests pool p serves within the TTFT
+    target (None: all). Prompt lengths are nested (a pool that prefills a prompt in
+    time prefills every shorter one), so the pools whose share is at most pool p's
+    carry at most that share of the line between them, unless no pool does better:
+    the requests nobody serves in time are still served, by the fastest pools.
     """
 
     cost: FloatArray
@@ -61,6 +71,8 @@ class MixProblem:
     budget_usd_per_hour: float | None = None
     spot_cap: float = 1.0
     firm: FloatArray | None = None
+    load: FloatArray | None = None
+    in_time: FloatArray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,9 +120,11 @@ def solve_mix(problem: MixProblem, time_limit_s: float = 10.0) -> MixSolution | 
         r[shorts][line] = 1.0
         low.append(float(pr.demand[line]))
         high.append(np.inf)
+    load = np.ones(pr.feasible.shape) if pr.load is None else pr.load
     for pool in range(n_pools):
         r = row()
-        r[xs][pairs[:, 0] == pool] = 1.0
+        mine = pairs[:, 0] == pool
+        r[xs][mine] = load[pool, pairs[mine, 1]]
         r[pool] = -pr.goodput[pool]
         low.append(-np.inf)
         high.append(0.0)
@@ -120,6 +134,17 @@ def solve_mix(problem: MixProblem, time_limit_s: float = 10.0) -> MixSolution | 
             r[moves][pool] = -1.0
             low.append(-np.inf)
             high.append(sign * float(pr.current[pool]))
+    if pr.in_time is not None:
+        for line in range(n_lines):
+            mine = pairs[:, 1] == line
+            share = pr.in_time[pairs[:, 0], line]
+            # Requests no pool serves in time still go to the fastest: no cap on those.
+            top = float(share[mine].max(initial=0.0))
+            for cap in np.unique(share[mine & (share < top - 1e-9)]):
+                r = row()
+                r[xs][mine & (share <= cap + 1e-12)] = 1.0
+                low.append(-np.inf)
+                high.append(float(cap * pr.demand[line]))
     if pr.spot_cap < 1.0:
         firm = pr.demand if pr.firm is None else np.clip(pr.firm, 0.0, pr.demand)
         for model in np.unique(pr.line_model):

@@ -398,8 +398,24 @@ def test_a_long_mean_prompt_does_not_rule_out_a_pool_most_requests_fit() -> None
     policy = make_policy(pools, {"eu": {"aws:eu-west-1": 5.0}})
     demand = history({"eu": steady(1000.0)}, prompt_tokens=12_000.0)
     plan = decide(demand, statuses(policy), prices(policy), policy, ScalerState(), config())
-    assert _targets(plan) == {"aws:eu-west-1:a100": 1}
+    # Two replicas, not one: each request also holds a slot through its 1.5 s prefill.
+    assert _targets(plan) == {"aws:eu-west-1:a100": 2}
     assert next(iter(plan.demand)).pools == ("aws:eu-west-1:a100",)
+
+
+def test_long_prompts_hold_batch_slots_so_the_same_output_needs_more_replicas() -> None:
+    # 4,000 output tokens/s at 100 tokens per request: 40 requests/s. With 500-token
+    # prompts a request holds a slot 50 ms to prefill and 99 x 50 ms to decode, as if
+    # decoding 100 tokens: 4 of the 1,000 tokens/s replicas. With 10,000-token prompts
+    # the prefill takes 1 s: 5.95 s of slot time per 5 s of decode, so 4,760 tokens/s.
+    policy = make_policy([pool_doc("aws:us-east-1:a", tokens_per_s=1000.0)])
+    sizes = {}
+    for prompt in (500.0, 10_000.0):
+        demand = history({"us": steady(4000.0)}, prompt_tokens=prompt)
+        plan = decide(demand, statuses(policy), prices(policy), policy, ScalerState(), config())
+        sizes[prompt] = _targets(plan)["aws:us-east-1:a"]
+    assert sizes[500.0] == 4
+    assert sizes[10_000.0] == 5
 
 
 def test_a_pool_that_fits_only_a_small_share_of_the_prompts_gets_none() -> None:
@@ -409,7 +425,8 @@ def test_a_pool_that_fits_only_a_small_share_of_the_prompts_gets_none() -> None:
         pool_doc("aws:eu-west-1:fast", region="eu-west-1", prefill=20_000.0, usd=2.0),
     ]
     policy = make_policy(pools, {"eu": {"aws:eu-west-1": 5.0}})
-    demand = history({"eu": steady(1000.0)}, prompt_tokens=12_000.0)
+    # 800 output tokens/s: with the fast pool's 0.6 s prefills, 890 tokens/s of slot time.
+    demand = history({"eu": steady(800.0)}, prompt_tokens=12_000.0)
     plan = decide(demand, statuses(policy), prices(policy), policy, ScalerState(), config())
     assert _targets(plan) == {"aws:eu-west-1:slow": 0, "aws:eu-west-1:fast": 1}
 
@@ -418,3 +435,16 @@ def test_served_share_follows_the_exponential_law() -> None:
     assert served_share(-1.0, 1000.0) == 0.0
     assert served_share(1000.0, 0.0) == 1.0
     assert abs(served_share(1000.0 * np.log(2.0), 1000.0) - 0.5) < 1e-12
+
+
+def test_a_sliver_of_prompts_too_long_for_the_cheap_pool_buys_no_fast_replica() -> None:
+    # At 8k tokens/s the cheap pool prefills prompts up to ~14k tokens within the TTFT:
+    # all but 4 in a million of a 1,155-token mean, far under one request per cycle.
+    pools = [
+        pool_doc("aws:us-east-1:slow", prefill=8000.0, usd=0.5),
+        pool_doc("aws:us-east-1:fast", prefill=20_000.0, usd=2.0),
+    ]
+    policy = make_policy(pools)
+    demand = history({"us": steady(5000.0)}, prompt_tokens=1155.0)
+    plan = decide(demand, statuses(policy), prices(policy), policy, ScalerState(), config())
+    assert _targets(plan)["aws:us-east-1:fast"] == 0

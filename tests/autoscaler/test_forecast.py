@@ -173,3 +173,16 @@ def test_a_level_shift_is_followed_within_hours() -> None:
     end = 4 * PER_DAY + 12  # two hours later
     fc = forecast_rate(rate[:end], T0, BUCKET, 2)
     assert np.allclose(fc.median, rate[end : end + 2], rtol=0.25)
+
+
+def test_a_low_first_bucket_does_not_set_the_upper_bound() -> None:
+    # An hour of steady demand with 5 % noise whose first bucket caught only half a
+    # minute: the level starts there, and scored as a forecast that start-up error
+    # would be the largest error of the hour.
+    rng = np.random.default_rng(5)
+    rate = 100.0 * np.exp(rng.normal(0.0, 0.05, 30))
+    rate[0] = 50.0
+    config = ForecastConfig(calibration_s=7200.0, selection_s=7200.0, min_buckets=12)
+    fc = forecast_rate(rate, 0.0, 60.0, 6, config)
+    assert fc.reliable
+    assert float(fc.upper.max()) < 1.25 * float(fc.mean.max())

@@ -8,6 +8,7 @@ from autoscaler.goodput import (
     GoodputObservation,
     goodput_tokens_per_s,
     observed_correction,
+    slot_load,
     update_correction,
 )
 from router.policy import GoodputProfile, SLOClass
@@ -65,3 +66,34 @@ def test_an_embedding_pool_is_measured_in_input_tokens() -> None:
         tokens_per_s=30000, prefill_tokens_per_s=30000, max_concurrency=64, tpot_ms=1
     )
     assert goodput_tokens_per_s(embed, _slo(60.0), embedding=True) == 30000
+
+
+# The 70B A100 replica as the simulator slices it to 1/32: 8 slots, 25-75 ms TPOT.
+A100_SLICE = GoodputProfile(
+    tokens_per_s=3413 / 32, prefill_tokens_per_s=8000, max_concurrency=8, tpot_ms=25
+)
+
+
+def test_slot_load_counts_the_prefill_and_the_first_token_it_emits() -> None:
+    # TPOT at the full 8 slots is 75 ms: 2,048 prompt tokens take 256 ms of the slot,
+    # then 27 decode steps give the other tokens.
+    load = slot_load(A100_SLICE, _slo(100.0), 2048.0, 28.0)
+    assert load == pytest.approx((256.0 + 27 * 75.0) / (28 * 75.0), rel=1e-3)
+    assert load > 1.08
+
+
+def test_slot_load_of_a_conversation_mix_is_about_one() -> None:
+    assert slot_load(A100_SLICE, _slo(100.0), 1155.0, 211.0) == pytest.approx(1.0, abs=0.01)
+
+
+def test_slot_load_is_one_when_the_mix_is_unknown() -> None:
+    assert slot_load(A100_SLICE, _slo(100.0), 1155.0, 0.0) == 1.0
+    assert slot_load(A100_SLICE, _slo(20.0), 1155.0, 211.0) == 1.0
+
+
+def test_a_slower_replica_loads_less_per_token_of_prefill() -> None:
+    # Corrected 1.2x slower, the SLO's batch shrinks and each decode step takes longer,
+    # so the same prefill is a smaller share of a token's slot time.
+    assert slot_load(A100_SLICE, _slo(100.0), 2048.0, 28.0, 1.2) < slot_load(
+        A100_SLICE, _slo(100.0), 2048.0, 28.0
+    )
