@@ -12,8 +12,9 @@ Each cycle:
    hold on each pool (``goodput.slot_load``), and a pool carries no more of a line than
    the share of its prompts it prefills within the TTFT, if a faster pool can take the rest;
 4. plan the cheapest mix within this cycle's bounds: up by at most a step
-   (``ScalerConfig.step``); down only after the cooldown, with a reliable forecast, no
-   lower than any recommendation in the window, and by at most a step. If the budget
+   (``ScalerConfig.step``); down only after the cooldown, with a reliable forecast or
+   demand recorded over at least the lead time (``_settled``), no lower than any
+   recommendation in the window, and by at most a step. If the budget
    leaves no solution the bounds give way in that order (named in ``Plan.relaxed``);
 5. make before break: a model's scale-down waits while its ready replicas after it
    would not cover the demand until replicas ordered now are ready.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoscaler.config import ScalerConfig
-from autoscaler.demand import DemandHistory, LineForecast, forecast_lines, line_key
+from autoscaler.demand import DemandHistory, LineForecast, forecast_lines, lead_time_s, line_key
 from autoscaler.fleet import Fleet, PoolStatus, build_fleet
 from autoscaler.goodput import slot_load
 from autoscaler.milp import MixProblem, MixSolution, solve_mix
@@ -48,8 +49,8 @@ DEFAULT_CONFIG = ScalerConfig()
 @dataclass(frozen=True, eq=False)
 class Bounds:
     """This cycle's limits per pool: ``stable`` is the largest recommendation in the
-    stabilisation window, ``cooling`` marks pools that may not shrink now (cooldown or
-    an unreliable forecast), ``up`` the most a pool may grow to."""
+    stabilisation window, ``cooling`` marks pools that may not shrink now (cooldown, or
+    a forecast not yet ``_settled``), ``up`` the most a pool may grow to."""
 
     up: IntArray
     stable: IntArray
@@ -174,10 +175,28 @@ def _problem(
     )
 
 
+def _settled(lines: Sequence[LineForecast], policy: Policy) -> dict[str, bool]:
+    """Per model: whether its pools may shrink on this cycle's forecast. A reliable one
+    may. So may an unreliable one (the recent observed peak) once every line of the
+    model has demand recorded over at least the model's lead time: shrinking to that
+    peak, never below the largest recommendation of the stabilisation window, is what a
+    reactive scaler (the HPA) does, and a replica held idle for one lead time has cost
+    what a boot costs (ski rental). Holding every pool until the forecast settled kept a
+    fleet sized for yesterday through the first ``min_buckets`` of telemetry. With less
+    recorded (a new deployment, telemetry lost with Redis) the peak may miss demand
+    nobody recorded, so the model's pools hold."""
+    out = {}
+    for model in policy.models:
+        lead_s = lead_time_s(policy, model)
+        mine = [ln for ln in lines if ln.model == model]
+        out[model] = bool(mine) and all(ln.reliable or 0 < ln.observed_s >= lead_s for ln in mine)
+    return out
+
+
 def _bounds(
     fleet: Fleet,
     raw: MixSolution | None,
-    reliable: Mapping[str, bool],
+    settled: Mapping[str, bool],
     state: ScalerState,
     config: ScalerConfig,
     now: float,
@@ -204,7 +223,7 @@ def _bounds(
     cooling = np.asarray(
         [
             now - state.last_up_s.get(s.id, -math.inf) < config.cooldown_s
-            or not reliable.get(s.model, False)
+            or not settled.get(s.model, False)
             for s in fleet.specs
         ],
         dtype=np.bool_,
@@ -274,14 +293,14 @@ def decide(
     )
     # The spot cap holds for the expected demand; the margin above it may go to spot.
     firm = np.asarray([ln.mean * config.headroom for ln in lines], dtype=np.float64)
-    reliable = {m: all(ln.reliable for ln in lines if ln.model == m) for m in policy.models}
+    settled = _settled(lines, policy)
 
     def problem(lower: IntArray, upper: IntArray, demand: FloatArray) -> MixProblem:
         return _problem(fleet, lines, in_time, load, demand, firm, lower, upper, config)
 
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
     raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
-    bounds = _bounds(fleet, raw, reliable, state, config, now)
+    bounds = _bounds(fleet, raw, settled, state, config, now)
     step_floor = np.maximum(fleet.low, fleet.current - config.step(fleet.current))
     damped = np.maximum(step_floor, np.minimum(bounds.stable, fleet.current))
     # Each attempt's lower bounds; if one leaves no solution (the budget forces a

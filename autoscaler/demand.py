@@ -60,6 +60,9 @@ class LineForecast:
     ``pooled``: ``mean`` plus the share of this line's margin its model's lines need
     together (``autoscaler.pooling``; NaN: not pooled); ``upper`` stays the line's own
     bound, which the calibration scores.
+    ``observed_s``: seconds of history behind the forecast with demand recorded
+    (missing windows not counted); an unreliable forecast (the recent peak) is only as
+    good as the span it was taken over.
     """
 
     model: str
@@ -72,6 +75,7 @@ class LineForecast:
     calibration: LineCalibration = field(default_factory=LineCalibration)
     output_tokens: float = 0.0
     pooled: float = math.nan
+    observed_s: float = 0.0
 
     @property
     def pooled_upper(self) -> float:
@@ -174,7 +178,8 @@ def forecast_lines(
         prompt_mean = prompt / requests if requests else float(config.default_prompt_tokens)
         output_mean = float(grid["output_tokens"][day:].sum()) / requests if requests else 0.0
         line = LineForecast(model, region, mean, upper, upper_now, prompt_mean, fc.reliable)
-        out.append(replace(line, calibration=cal, output_tokens=output_mean))
+        observed_s = float(np.isfinite(rate).sum()) * fb
+        out.append(replace(line, calibration=cal, output_tokens=output_mean, observed_s=observed_s))
     shares = {}
     for model, seen in pooling.items():
         ready_s = history.now_s + lead_time_s(policy, model)

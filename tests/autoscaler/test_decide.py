@@ -249,18 +249,33 @@ def _reversals(damped: bool) -> int:
     return sum(1 for a, b in itertools.pairwise(moves) if a != b)
 
 
-def test_a_short_history_never_shrinks_a_pool() -> None:
+def test_a_short_history_shrinks_only_once_it_spans_the_lead_time() -> None:
+    # Half an hour of demand is too little for the forecast (unreliable: the recent
+    # peak). A pool whose replicas take an hour to boot holds; one that boots in 5
+    # minutes shrinks to the peak, as a reactive scaler would.
+    demand = history({"us": steady(500.0, hours=0.5)})
+
+    def target(provisioning_s: float) -> int:
+        doc = pool_doc("aws:us-east-1:a")
+        doc["scaling"]["provisioning_s"] = provisioning_s
+        policy = make_policy([doc])
+        four = statuses(policy, {"aws:us-east-1:a": 4})
+        plan = decide(demand, four, prices(policy), policy, ScalerState(), config())
+        assert plan.demand[0].reliable is False
+        return plan.change("aws:us-east-1:a").target
+
+    assert target(3600.0) == 4
+    assert target(300.0) == 1
+
+
+def test_no_recorded_demand_shrinks_nothing() -> None:
+    # Telemetry lost with Redis, or a new deployment: the recent peak is 0 because
+    # nothing was recorded, not because nobody asks.
     policy = make_policy([pool_doc("aws:us-east-1:a")])
-    plan = decide(
-        history({"us": steady(500.0, hours=0.5)}),
-        statuses(policy, {"aws:us-east-1:a": 4}),
-        prices(policy),
-        policy,
-        ScalerState(),
-        config(),
-    )
+    four = statuses(policy, {"aws:us-east-1:a": 4})
+    nothing = DemandHistory(T0, {})
+    plan = decide(nothing, four, prices(policy), policy, ScalerState(), config())
     assert _targets(plan) == {"aws:us-east-1:a": 4}
-    assert plan.demand[0].reliable is False
 
 
 def test_a_shrink_waits_until_replicas_elsewhere_are_ready() -> None:
