@@ -60,10 +60,10 @@ class ScalerConfig:
             raise ValueError("need headroom >= 1, 0 <= spot_cap <= 1 and max_step >= 1")
         if self.max_step_share < 0:
             raise ValueError("max_step_share must be >= 0")
+        if self.budget_usd_per_hour is not None and self.budget_usd_per_hour < 0:
+            raise ValueError("budget_usd_per_hour must be >= 0")
 
     def step(self, current: IntArray) -> IntArray:
         """Most replicas each pool (at ``current``) may gain or lose this cycle."""
         share = np.ceil(self.max_step_share * current).astype(np.intp)
         return np.asarray(np.maximum(share, self.max_step), dtype=np.intp)
-        if self.budget_usd_per_hour is not None and self.budget_usd_per_hour < 0:
-            raise ValueError("budget_usd_per_hour must be >= 0")
