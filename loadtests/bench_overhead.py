@@ -550,10 +550,18 @@ def main() -> None:
                    "warnings": warnings, "results": [asdict(r) for r in results]}  # fmt: skip
             args.json.write_text(json.dumps(out, indent=2))
     finally:
-        for proc in reversed(procs):
+        # The gateway first: stopped after its engines, its scraper logs each one as out
+        # of service on the way down.
+        order = procs[1:2] + procs[2:][::-1] + procs[:1]
+        for proc in order:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in reversed(procs):
+            if proc is procs[1]:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        for proc in order:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
