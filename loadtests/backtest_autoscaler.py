@@ -41,7 +41,7 @@ How the replay is set up (assumptions, also printed):
   cap 50 %, max step 8 replicas or 25 % of the pool; no hysteresis, cooldown or longer
   scale-down window than one cycle (on 10-minute cycles they cost about 3 % of the
   oracle's USD and saved no short hours). The upper quantile targets 99 % coverage and
-  is calibrated online (its realised coverage is tracked and corrected,
+  is calibrated online (its realised coverage is tracked and corrected, gain 0.005,
   ``autoscaler.calibrate``). These settings are the same for every series and variant;
   they were chosen by replaying the original and the variants (see loadtests/README.md).
   Reactive: capacity for the last window's load at 80 % target utilisation (as an HPA or
