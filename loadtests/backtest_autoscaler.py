@@ -26,7 +26,9 @@ How the replay is set up (assumptions, also printed):
   reference catalogs in ../shared/data/prices/ (the row each pool names); replicas 0-40
   per pool (the demo's max of 8 cannot carry the peak, which would test the bounds, not
   the autoscaler), 10 minutes from order to ready replica (boot plus loading 140 GB of
-  weights), goodput from the policy's profiles.
+  weights), goodput from the policy's profiles, counted as ``decide()`` counts it: divided
+  by the batch-slot time a 1,155/211-token request holds per output token
+  (``goodput.slot_load``), for the oracle, the reactive scaler and the shortfall check alike.
 - A decision every window, on the windows before it (so what it orders serves the window
   after next: a forecast 20 minutes ahead). Replicas are billed from the order until
   deleted; they serve from one window after the order; a scale-down is immediate.
@@ -39,7 +41,7 @@ How the replay is set up (assumptions, also printed):
   cap 50 %, max step 8 replicas or 25 % of the pool; no hysteresis, cooldown or longer
   scale-down window than one cycle (on 10-minute cycles they cost about 3 % of the
   oracle's USD and saved no short hours). The upper quantile targets 99 % coverage and
-  is calibrated online (its realised coverage is tracked and corrected,
+  is calibrated online (its realised coverage is tracked and corrected, gain 0.005,
   ``autoscaler.calibrate``). These settings are the same for every series and variant;
   they were chosen by replaying the original and the variants (see loadtests/README.md).
   Reactive: capacity for the last window's load at 80 % target utilisation (as an HPA or
@@ -276,7 +278,7 @@ def main() -> None:
     mix = Mix(policy, prices, spot_cap=0.5)
     print(__doc__.split("How the replay")[1].split("\n", 1)[1])
     print(f"series: {args.series} ({base.days:g} days; {base.note})")
-    print("pools (USD per replica-hour from the catalogs, goodput tokens/s per replica):")
+    print("pools (USD per replica-hour from the catalogs, tokens/s per replica after slot load):")
     for p, cost, good in zip(policy.pools, mix.cost, mix.goodput, strict=True):
         print(f"  {p.id:34s} {p.price.purchase:9s} {cost:7.2f} $/h  {good:6.0f} tok/s")
     print(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autoscaler.goodput import goodput_tokens_per_s, slot_load
 from autoscaler.milp import MixProblem, solve_mix
 from base.types import FloatArray, IntArray
 from live.policy_file import load_policy
@@ -117,15 +118,30 @@ class Fleet:
 
 
 class Mix:
-    """The cheapest mix (and shortfall checks) for the back-test fleet."""
+    """The cheapest mix (and shortfall checks) for the back-test fleet.
+
+    Capacity is counted as ``decide()`` counts it, so that the oracle, the reactive
+    scaler and this autoscaler are judged on one capacity model: ``goodput`` is each
+    pool's output tokens/s per replica within the SLO (``goodput_tokens_per_s``)
+    divided by the batch-slot time a request of the back-test's mix holds per output
+    token (``goodput.slot_load`` of ``PROMPT_TOKENS`` and the model's expected output),
+    and ``load`` is that slot load (1.0013 on the H100 pools, 1.0044 on the A100 pools).
+    """
 
     def __init__(self, policy: Policy, prices: dict[str, float], spot_cap: float) -> None:
         self.policy = policy
         pools = policy.pools
-        slo = policy.slo_classes[policy.models[MODEL].default_slo]
+        model = policy.models[MODEL]
+        slo = policy.slo_classes[model.default_slo]
         keep = 1.0 - policy.routing.slo_headroom
         self.cost = np.asarray([prices[p.id] * p.gpus_per_replica for p in pools])
-        self.goodput = np.asarray([p.goodput.tokens_per_s for p in pools])
+        # Decode-only goodput would credit a replica with the prefill slot time the
+        # planner pays for, and the oracle would be sized on capacity that is not there.
+        self.load = np.asarray([
+            slot_load(p.goodput, slo, PROMPT_TOKENS, model.expected_output_tokens)
+            for p in pools
+        ])  # fmt: skip
+        self.goodput = np.asarray([goodput_tokens_per_s(p.goodput, slo) for p in pools]) / self.load
         self.feasible = np.asarray([
             [p.location in policy.client_regions[r].rtt_ms
              and policy.client_regions[r].rtt_ms[p.location]
