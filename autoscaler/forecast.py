@@ -89,8 +89,9 @@ class Forecast:
     ``mean`` is the expected rate, ``median`` the point forecast that minimises absolute
     error (what MAPE scores), ``upper`` the ``quantile`` upper bound (>= both).
     ``reliable`` is False when the history was too short (or too full of missing
-    windows) to calibrate: the values are then the recent observed peak, and callers
-    should not shrink capacity on them. Every value is finite and >= 0.
+    windows) to calibrate: the values are then the recent observed peak, which callers
+    should shrink capacity to only as a reactive scaler would, over enough recorded
+    history (``autoscaler.decide``: one lead time). Every value is finite and >= 0.
     """
 
     start_s: float
