@@ -220,6 +220,18 @@ def finished_requests(gw_url: str, admin_token: str) -> int:
                      if line.startswith("skyroute_requests_total{")))  # fmt: skip
 
 
+def stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM ``proc`` if it still runs and wait up to ``timeout_s``; then SIGKILL.
+    Idempotent: a process that has exited is only reaped."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def cpu_s(proc: psutil.Process) -> float:
     return float(sum(proc.cpu_times()[:2]))  # user + system
 
@@ -530,8 +542,7 @@ def main() -> None:
         if args.tracing:
             requests = finished_requests(gw_url, admin_token)
             # Stop the gateway first: its exporter flushes the last batch on shutdown.
-            procs[1].terminate()
-            procs[1].wait(timeout=60)
+            stop(procs[1], 60)
             sink_stats = json.loads(http_text(sink_url + "/stats"))
             per_request = round(sink_stats["spans"] / max(requests, 1), 3)
             tracing = {**sink_stats, "requests": requests, "spans_per_request": per_request}
@@ -555,21 +566,13 @@ def main() -> None:
     finally:
         # The gateway first: stopped after its engines, its scraper logs each one as out
         # of service on the way down.
-        order = procs[1:2] + procs[2:][::-1] + procs[:1]
-        for proc in order:
+        if len(procs) > 1:
+            stop(procs[1], 10)
+        for proc in reversed(procs):
             if proc.poll() is None:
                 proc.terminate()
-            if proc is procs[1]:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-        for proc in order:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        for proc in reversed(procs):
+            stop(proc, 10)
         if sink is not None:
             sink.terminate()
             sink.join(10)
