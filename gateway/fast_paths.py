@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,6 +31,25 @@ logger = logging.getLogger(__name__)
 _WATCH_AFTER_S = 0.05
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+# The scope key under which the server may offer a WriteCoalescer for the request's
+# connection (``skyroute.front_door`` does).
+COALESCE_KEY = "skyroute.coalesce"
+
+
+class WriteCoalescer(Protocol):
+    """Joins the writes of one response into one ``transport.write``.
+
+    uvicorn writes a response's head and its body separately: two system calls and two
+    TCP segments where one does, and on loopback each write also runs the receiver's
+    side of the stack (about a tenth of the gateway's CPU per request went to them).
+    """
+
+    def hold(self) -> None:
+        """Keep the connection's writes from now on until ``flush``."""
+
+    def flush(self) -> None:
+        """Write what was held, as one write, and stop holding. Idempotent."""
 
 
 def endpoint(handler: Handler) -> ASGIApp:
@@ -84,7 +103,18 @@ def endpoint(handler: Handler) -> ASGIApp:
             timer.cancel()
             for task in watcher:
                 task.cancel()
-        await response(scope, receive, send)
+        coalesce: WriteCoalescer | None = scope.get(COALESCE_KEY)
+        if coalesce is None or isinstance(response, StreamingResponse):
+            # A stream's head goes out at once: its events follow as they come.
+            await response(scope, receive, send)
+            return
+        # A whole answer is written in one stretch of this task (the server's send
+        # awaits only when the socket's buffer is full, and held bytes never fill it).
+        coalesce.hold()
+        try:
+            await response(scope, receive, send)
+        finally:
+            coalesce.flush()
 
     return app
 

@@ -33,6 +33,9 @@ from typing import Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.fast_paths import COALESCE_KEY
+from skyroute.write_coalescing import CoalescingTransport
+
 logger = logging.getLogger(__name__)
 
 # An OpenAI-shaped 408: clients that parse every error body get one they understand.
@@ -172,6 +175,9 @@ def guarded_protocol(
                 transport.abort()
                 return
             super().connection_made(transport)
+            # uvicorn's flow control keeps the real transport (it paused it above);
+            # responses write through the wrapper, which a fast route may hold.
+            self.transport = CoalescingTransport(transport)  # type: ignore[assignment]
             self._door = DeadlineTimer(self.loop, self._timed_out)
             self._waiting(True)
             self._arm(limits.header_timeout_s, header=True)
@@ -191,6 +197,9 @@ def guarded_protocol(
         def on_headers_complete(self) -> None:
             self._in_headers = False
             super().on_headers_complete()
+            # The request's scope (the same dict its cycle and app get; the app's task
+            # has not run yet).
+            self.scope[COALESCE_KEY] = self.transport  # type: ignore[literal-required]
             self._waiting(False)
             self._arm(limits.body_timeout_s, header=False)
 
