@@ -68,7 +68,9 @@ class OutlierDetector:
             if now < self._pools[pid].ejected_until or self._pools[pid].trial_running
         }
 
-    def _count(self, health: _PoolHealth, now: float, ok: bool) -> tuple[int, int]:
+    def _count(self, health: _PoolHealth, now: float, ok: bool) -> None:
+        """Count one attempt in the pool's per-second window, dropping seconds older
+        than the error-rate window."""
         second = math.floor(now)
         window = health.window
         if window and window[-1][0] == second:
@@ -78,7 +80,6 @@ class OutlierDetector:
         horizon = second - self.health.error_rate_window_s
         while window and window[0][0] <= horizon:
             window.popleft()
-        return sum(b[1] for b in window), sum(b[2] for b in window)
 
     def on_success(self, pool_id: str, now: float) -> None:
         """Record a successful attempt. Only the half-open trial (or a success after the
@@ -112,7 +113,10 @@ class OutlierDetector:
         """Record a failed attempt. Returns True if this failure ejected the pool."""
         health = self._pools.setdefault(pool_id, _PoolHealth())
         health.failures += 1
-        ok, errors = self._count(health, now, ok=False)
+        self._count(health, now, ok=False)
+        # Summed only here: a success (nearly every attempt) needs no rate.
+        ok = sum(b[1] for b in health.window)
+        errors = sum(b[2] for b in health.window)
         half_open_failed = pool_id in self._ejected and health.trial_running
         if pool_id in self._ejected and not half_open_failed:
             # The incident that ejected it (requests already in flight): counted, no more.
