@@ -1,0 +1,172 @@
+"""Gateway CPU per request of two skyroute checkouts, measured in alternating rounds.
+
+    python loadtests/bench_ab.py --a OLD_TREE --b NEW_TREE [--rounds 6] [--duration 3]
+        [--concurrency 32] [--stream] [--json out.json]
+
+On a shared 2-core machine, the CPU per request of one run drifts by 10-20 % from minute
+to minute, which hides a change of a few per cent between two runs made minutes apart.
+Here both gateways (``skyroute serve`` from each tree, same policy, same engine, same
+Redis) run at once, pinned to the same CPU; the engine and the load generator get the
+other. The load alternates between them, A B B A A B ..., ``--rounds`` closed-loop
+phases each, so a slow minute costs both alike. Prints each phase's gateway CPU ms per
+request (user + system of the process tree) and, per tree, the median and the spread;
+then B's median over A's. Numbers only: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+import aiohttp
+import psutil
+import uvloop
+
+from skyroute.embedded_redis import EmbeddedRedis, free_port
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.bench_overhead import (  # noqa: E402
+    MAX_TOKENS,
+    MODEL,
+    PROFILE,
+    PROMPT,
+    UPSTREAM_MODEL,
+    Load,
+    closed_loop,
+    cpu_s,
+    stop,
+    wait_http,
+    write_policy,
+)
+
+
+def tree_cpu_s(proc: psutil.Process) -> float:
+    """User + system CPU seconds of ``proc`` and its children (a store worker)."""
+    total = cpu_s(proc)
+    for child in proc.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += cpu_s(child)
+    return total
+
+
+async def phase(url: str, key: str, stream: bool, concurrency: int, seconds: float,
+                gateway: psutil.Process) -> tuple[float, int, int]:  # fmt: skip
+    """One closed-loop phase (after 0.5 s of warm-up): (CPU ms per request, requests,
+    errors)."""
+    payload = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
+               "max_tokens": MAX_TOKENS, "stream": stream}  # fmt: skip
+    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+    load = Load(url + "/v1/chat/completions", headers, json.dumps(payload).encode(), stream)
+    connector = aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=60)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await closed_loop(session, load, concurrency, 0.5)
+        c0 = tree_cpu_s(gateway)
+        tally = await closed_loop(session, load, concurrency, seconds)
+        c1 = tree_cpu_s(gateway)
+    n = max(len(tally.lat), 1)
+    return (c1 - c0) * 1000.0 / n, len(tally.lat), tally.errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--a", type=Path, required=True, help="checkout A (the baseline)")
+    parser.add_argument("--b", type=Path, default=_ROOT, help="checkout B (default: this one)")
+    parser.add_argument("--rounds", type=int, default=6, help="phases per checkout")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per phase")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--stream", action="store_true", help="streamed answers")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    cpus = sorted(os.sched_getaffinity(0))
+    gw_cpus, client_cpus = {cpus[0]}, set(cpus[1:]) or {cpus[0]}
+    procs: list[subprocess.Popen[bytes]] = []
+    redis = EmbeddedRedis()
+    tmp = tempfile.TemporaryDirectory(prefix="skyroute-ab-")
+    try:
+        redis_url = redis.start()
+        engine_port = free_port()
+        engine_url = f"http://127.0.0.1:{engine_port}"
+        policy = Path(tmp.name) / "policy.yaml"
+        write_policy(policy, [engine_url])
+        key = f"sk-ab-{secrets.token_urlsafe(16)}"
+        base_env = {**os.environ, "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_HOST": "127.0.0.1",
+                    "SKYROUTE_API_KEY": key, "SKYROUTE_ADMIN_TOKEN": secrets.token_urlsafe(16),
+                    "SKYROUTE_POLICY": str(policy), "SKYROUTE_LOG_LEVEL": "INFO",
+                    "OTEL_TRACES_EXPORTER": "none"}  # fmt: skip
+        engine_cmd = [sys.executable, "-m", "simengine", "--port", str(engine_port),
+                      "--profile", PROFILE, "--model", UPSTREAM_MODEL, "--time-scale", "0",
+                      "--log-level", "WARNING"]  # fmt: skip
+        procs.append(subprocess.Popen(engine_cmd, cwd=args.b, env=base_env))
+        wait_http(engine_url + "/health", 30, procs[-1], b"")
+        urls: dict[str, str] = {}
+        gateways: dict[str, psutil.Process] = {}
+        for name, tree in (("A", args.a), ("B", args.b)):
+            port = free_port()
+            store = f"sqlite+aiosqlite:///{tmp.name}/{name}.db"
+            env = {**base_env, "SKYROUTE_PORT": str(port), "SKYROUTE_DATABASE_URL": store,
+                   "SKYROUTE_REDIS_PREFIX": f"ab{name}{secrets.token_hex(3)}"}  # fmt: skip
+            cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
+            # cwd first on sys.path: each gateway runs its own tree's code.
+            procs.append(subprocess.Popen(cmd, cwd=tree.resolve(), env=env))
+            urls[name] = f"http://127.0.0.1:{port}"
+            wait_http(urls[name] + "/readyz", 60, procs[-1], b'"ready"')
+            gateways[name] = psutil.Process(procs[-1].pid)
+            for proc in [gateways[name], *gateways[name].children(recursive=True)]:
+                for thread in proc.threads():
+                    os.sched_setaffinity(thread.id, gw_cpus)
+        for thread in psutil.Process(procs[0].pid).threads():
+            os.sched_setaffinity(thread.id, client_cpus)
+        os.sched_setaffinity(0, client_cpus)
+        time.sleep(3.0)  # past the first seconds after ready (imports, warm caches)
+
+        order = [("A", "B") if r % 2 == 0 else ("B", "A") for r in range(args.rounds)]
+        per: dict[str, list[float]] = {"A": [], "B": []}
+        rows = []
+        mode = "stream" if args.stream else "nonstream"
+        print(f"A = {args.a}, B = {args.b}; {mode}, c = {args.concurrency}, "
+              f"{args.duration:g} s x {args.rounds} phases each, gateways on CPU "
+              f"{sorted(gw_cpus)}", flush=True)  # fmt: skip
+        for r, pair in enumerate(order):
+            for name in pair:
+                ms, n, errors = uvloop.run(phase(urls[name], key, args.stream, args.concurrency,
+                                                 args.duration, gateways[name]))  # fmt: skip
+                per[name].append(ms)
+                rows.append({"round": r, "tree": name, "cpu_ms_per_req": round(ms, 4),
+                             "requests": n, "errors": errors})  # fmt: skip
+                print(f"  round {r} {name}: {ms:.3f} ms/req  ({n} requests, {errors} errors)",
+                      flush=True)  # fmt: skip
+        summary = {}
+        for name in ("A", "B"):
+            values = per[name]
+            summary[name] = {"median": round(median(values), 4), "min": round(min(values), 4),
+                             "max": round(max(values), 4)}  # fmt: skip
+            print(f"{name}: median {median(values):.3f} ms/req (min {min(values):.3f}, "
+                  f"max {max(values):.3f})")  # fmt: skip
+        ratio = summary["B"]["median"] / summary["A"]["median"]
+        wins = sum(b < a for a, b in zip(per["A"], per["B"], strict=True))
+        print(f"B / A (medians): {ratio:.3f}; B below A in {wins} of {args.rounds} rounds")
+        if args.json:
+            args.json.write_text(json.dumps({"summary": summary, "ratio": ratio,
+                                             "phases": rows}, indent=2))  # fmt: skip
+    finally:
+        for popen in reversed(procs):
+            stop(popen, 10)
+        redis.stop()
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
