@@ -104,8 +104,14 @@ def endpoint(handler: Handler) -> ASGIApp:
             for task in watcher:
                 task.cancel()
         coalesce: WriteCoalescer | None = scope.get(COALESCE_KEY)
-        if coalesce is None or isinstance(response, StreamingResponse):
-            # A stream's head goes out at once: its events follow as they come.
+        if coalesce is None:
+            await response(scope, receive, send)
+            return
+        if isinstance(response, StreamingResponse):
+            # A relayed stream starts with its first event already at hand: the head
+            # waits for it, up to the loop's next turn, and later events go as they come.
+            coalesce.hold()
+            loop.call_soon(coalesce.flush)
             await response(scope, receive, send)
             return
         # A whole answer is written in one stretch of this task (the server's send

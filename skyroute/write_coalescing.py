@@ -6,8 +6,9 @@ connection it also runs the receiving side of the TCP stack; at a few thousand r
 per second the second write of every answer cost about a tenth of the gateway's CPU.
 ``CoalescingTransport`` sits between uvicorn's protocol and the real transport: while
 held (``hold``), writes are buffered, and ``flush`` sends them in one write. The gateway
-holds only around a whole answer it sends in one stretch of its task (``gateway.
-fast_paths``), so nothing waits in the buffer for the event loop.
+holds around a whole answer it sends in one stretch of its task, and from a stream's
+head to the loop's next turn, by when the stream's first event (already at hand) has
+joined it (``gateway.fast_paths``): nothing waits in the buffer for an event to come.
 
 Everything else passes through to the real transport. Closing or aborting flushes or
 drops what is held first, so a ``connection: close`` answer is never cut off.
