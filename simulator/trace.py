@@ -1,9 +1,15 @@
-"""Request traces as arrays: the Azure LLM inference CSV and a JSONL format.
+"""Request traces as arrays, from CSV or JSON lines.
 
-Azure (Azure/AzurePublicDataset): ``TIMESTAMP,ContextTokens,GeneratedTokens`` with
-timestamps like ``2023-11-16 18:15:46.6805900`` (lines starting with ``#`` are comments).
-JSONL: one object per line with ``timestamp`` (seconds or milliseconds, or an ISO
-date-time), ``input_length`` and ``output_length``.
+A trace needs, per request, an arrival time, a prompt length and an output length in
+tokens. Each is found by its column (CSV header) or key (JSONL) under any of the names
+the public traces use (``COLUMNS``, matched ignoring case, spaces and underscores):
+Azure/AzurePublicDataset's ``TIMESTAMP,ContextTokens,GeneratedTokens`` (2023 and the
+2024 week-long traces, lines starting with ``#`` are comments), Mooncake's and Alibaba's
+JSONL ``timestamp, input_length, output_length``, BurstGPT's ``Timestamp, Request tokens,
+Response tokens``, and the OpenAI usage names ``prompt_tokens, completion_tokens``.
+Timestamps are numbers (seconds or milliseconds) or ISO date-times, with or without a
+UTC offset (``2024-05-10 00:00:00.009930+00:00``; rows with different offsets, as
+across a change of daylight-saving time, are put on one clock).
 Arrivals are made relative to the first request and sorted (stable).
 
 The unit of numeric timestamps is taken from the caller (``time_unit`` "s" or "ms") or,
@@ -16,7 +22,8 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -36,6 +43,16 @@ _EPOCH_S = 1e8
 # one request in 10 s or slower is no load worth replaying, while a ms trace at ≤ 100
 # requests/s has a median gap of ≥ 10 (ms).
 _MS_MEDIAN_GAP = 10.0
+# Accepted names of each field, normalised (lowercase, letters and digits only).
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "timestamp": ("timestamp", "time", "arrivaltime", "arrivaltimestamp", "ts"),
+    "prompt": ("contexttokens", "inputlength", "requesttokens", "prompttokens",
+               "inputtokens", "numprompttokens", "promptlength", "inputlen"),
+    "output": ("generatedtokens", "outputlength", "responsetokens", "completiontokens",
+               "outputtokens", "numoutputtokens", "outputlen", "responselength"),
+}  # fmt: skip
+# A UTC offset (or Z) at the end of a date-time.
+_OFFSET = re.compile(r"(?:Z|([+-])(\d{2}):?(\d{2}))$")
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,12 +162,48 @@ def _seconds(stamps: list[str], source: str, unit: TimeUnit) -> _Stamps:
     if raw is not None:
         found, note = detect_unit(raw) if unit == "auto" else (unit, "given")
         return _Stamps(raw / 1000.0 if found == "ms" else raw, found, note)
+    local, offset_min = _split_offsets(stamps)
     try:
-        parsed = np.asarray([s.strip().replace("Z", "") for s in stamps], dtype="datetime64[ns]")
+        parsed = np.asarray(local, dtype="datetime64[ns]")
     except ValueError as exc:
         raise SimulationError(f"{source}: unreadable timestamp ({exc})") from exc
-    ns = (parsed - parsed.min()).astype(np.int64)
+    ns = (parsed - parsed.min()).astype(np.int64) - offset_min * 60_000_000_000
+    ns -= ns.min()
     return _Stamps(np.asarray(ns, dtype=np.float64) / 1e9, "date-time", "ISO date-times")
+
+
+def _split_offsets(stamps: list[str]) -> tuple[list[str], IntArray]:
+    """Date-times without their UTC offsets, and each offset in minutes (0 for none or
+    ``Z``): numpy reads no offsets, and the local times alone would put rows from either
+    side of a daylight-saving change an hour apart."""
+    local: list[str] = []
+    minutes = np.zeros(len(stamps), dtype=np.int64)
+    for i, raw in enumerate(stamps):
+        text = raw.strip()
+        m = _OFFSET.search(text) if ("T" in text or " " in text) else None
+        if m is not None:
+            text = text[: m.start()]
+            if m.group(1):
+                sign = -1 if m.group(1) == "-" else 1
+                minutes[i] = sign * (int(m.group(2)) * 60 + int(m.group(3)))
+        local.append(text)
+    return local, minutes
+
+
+def _resolve(names: Sequence[str], source: str) -> dict[str, str]:
+    """Which of ``names`` (a CSV header, a JSON object's keys) holds each field; raises
+    SimulationError naming what is missing and what would do."""
+    by_norm = {re.sub(r"[^a-z0-9]", "", n.lower()): n for n in names}
+    found: dict[str, str] = {}
+    for field_name, aliases in COLUMNS.items():
+        hit = next((by_norm[a] for a in aliases if a in by_norm), None)
+        if hit is not None:
+            found[field_name] = hit
+    missing = [f for f in COLUMNS if f not in found]
+    if missing:
+        accepted = "; ".join(f"{f}: one of {', '.join(COLUMNS[f])}" for f in missing)
+        raise SimulationError(f"{source}: need columns for {accepted}; got {list(names)}")
+    return found
 
 
 def _build(stamps: _Stamps, prompt: list[int], output: list[int], source: str) -> Trace:
@@ -158,46 +211,51 @@ def _build(stamps: _Stamps, prompt: list[int], output: list[int], source: str) -
     return replace(trace, time_unit=stamps.unit, time_unit_note=stamps.note)
 
 
-def read_azure_csv(path: Path, time_unit: TimeUnit = "auto") -> Trace:
-    """Read ``TIMESTAMP,ContextTokens,GeneratedTokens`` (numeric timestamps in
-    ``time_unit``). Raises SimulationError."""
+def read_csv(path: Path, time_unit: TimeUnit = "auto") -> Trace:
+    """Read a CSV trace (columns found by ``COLUMNS``; numeric timestamps in
+    ``time_unit``; lines starting with ``#`` are comments). Raises SimulationError."""
     with path.open(newline="") as f:
-        reader = csv.DictReader(line for line in f if not line.startswith("#"))
-        need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
-        if not need <= set(reader.fieldnames or ()):
-            raise SimulationError(f"{path}: need columns {sorted(need)}, got {reader.fieldnames}")
-        rows = list(reader)
+        reader = csv.reader(line for line in f if not line.startswith("#"))
+        header = next(reader, None)
+        if header is None:
+            raise SimulationError(f"{path}: the trace has no requests")
+        cols = _resolve([h.strip() for h in header], str(path))
+        where = {k: [h.strip() for h in header].index(v) for k, v in cols.items()}
+        rows = [r for r in reader if r]
     try:
-        prompt = [int(r["ContextTokens"]) for r in rows]
-        output = [int(r["GeneratedTokens"]) for r in rows]
-    except (TypeError, ValueError) as exc:
-        raise SimulationError(f"{path}: bad token count ({exc})") from exc
-    stamps = _seconds([r["TIMESTAMP"] for r in rows], str(path), time_unit)
-    return _build(stamps, prompt, output, str(path))
+        prompt = [int(float(r[where["prompt"]])) for r in rows]
+        output = [int(float(r[where["output"]])) for r in rows]
+        stamps = [r[where["timestamp"]] for r in rows]
+    except (TypeError, ValueError, IndexError) as exc:
+        raise SimulationError(f"{path}: bad row ({exc})") from exc
+    return _build(_seconds(stamps, str(path), time_unit), prompt, output, str(path))
 
 
 def read_jsonl(path: Path, time_unit: TimeUnit = "auto") -> Trace:
-    """Read JSON lines with ``timestamp`` (numeric in ``time_unit``, or ISO),
-    ``input_length``, ``output_length``. Raises SimulationError."""
+    """Read JSON lines, one request each (keys found by ``COLUMNS``; numeric timestamps
+    in ``time_unit``, or ISO). Raises SimulationError naming the bad line."""
     stamps: list[str] = []
     prompt: list[int] = []
     output: list[int] = []
+    keys: Mapping[str, str] | None = None
     with path.open() as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
-                stamps.append(str(obj["timestamp"]))
-                prompt.append(int(obj["input_length"]))
-                output.append(int(obj["output_length"]))
-            except (ValueError, KeyError, TypeError) as exc:
+                if keys is None:
+                    keys = _resolve(list(obj), f"{path}:{n}")
+                stamps.append(str(obj[keys["timestamp"]]))
+                prompt.append(int(obj[keys["prompt"]]))
+                output.append(int(obj[keys["output"]]))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise SimulationError(f"{path}:{n}: bad trace line ({exc!r})") from exc
     return _build(_seconds(stamps, str(path), time_unit), prompt, output, str(path))
 
 
 def read_trace(path: str | Path, time_unit: TimeUnit = "auto") -> Trace:
-    """Read a trace; ``.jsonl``/``.json`` is JSONL, anything else the Azure CSV.
+    """Read a trace; ``.jsonl``/``.json`` is JSON lines, anything else CSV.
     ``time_unit``: the unit of numeric timestamps, "s", "ms" or "auto" (detected, see
     ``detect_unit``); the trace records the unit used. Raises SimulationError."""
     p = Path(path)
@@ -205,4 +263,4 @@ def read_trace(path: str | Path, time_unit: TimeUnit = "auto") -> Trace:
         raise SimulationError(f"trace {p} not found")
     if p.suffix in {".jsonl", ".json"}:
         return read_jsonl(p, time_unit)
-    return read_azure_csv(p, time_unit)
+    return read_csv(p, time_unit)

@@ -100,3 +100,55 @@ def test_iso_timestamps_are_date_times_whatever_the_unit_flag(tmp_path) -> None:
     )
     trace = read_trace(path, time_unit="ms")
     assert trace.time_unit == "date-time" and trace.arrival_s.tolist() == [0.0, 1.5]
+
+
+def test_burstgpt_columns_are_found(tmp_path) -> None:
+    # The layout of HPMLL/BurstGPT's BurstGPT_*.csv (seconds from the log's start).
+    path = tmp_path / "burst.csv"
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+        "6,ChatGPT,1087,230,1317,Conversation log\n"
+        "8,GPT-4,417,276,693,Conversation log\n"
+    )
+    trace = read_trace(path)
+    assert (trace.time_unit, trace.arrival_s.tolist()) == ("s", [0.0, 1.0, 3.0])
+    assert trace.prompt_tokens.tolist() == [472, 1087, 417]
+    assert trace.output_tokens.tolist() == [18, 230, 276]
+
+
+def test_jsonl_keys_by_other_names(tmp_path) -> None:
+    path = tmp_path / "t.jsonl"
+    rows = [
+        {"arrival_time": 1.0, "prompt_tokens": 7, "completion_tokens": 2, "turn": 1},
+        {"arrival_time": 3.0, "prompt_tokens": 9, "completion_tokens": 5, "turn": 2},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    trace = read_trace(path)
+    assert trace.arrival_s.tolist() == [0.0, 2.0]
+    assert trace.output_tokens.tolist() == [2, 5]
+
+
+def test_utc_offsets_are_read_and_put_on_one_clock(tmp_path) -> None:
+    # The 2024 Azure week-long traces write "+00:00"; a local-time trace across the
+    # spring daylight-saving change has two offsets, 2 s apart in real time.
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-05-10 00:00:00.009930+00:00,10,1\n"
+        "2024-05-10 00:00:01.509930+00:00,20,2\n"
+    )
+    assert read_trace(path).arrival_s.tolist() == pytest.approx([0.0, 1.5])
+    dst = tmp_path / "dst.jsonl"
+    dst.write_text(
+        '{"timestamp": "2024-03-10T01:59:59-08:00", "input_length": 1, "output_length": 1}\n'
+        '{"timestamp": "2024-03-10T03:00:01-07:00", "input_length": 1, "output_length": 1}\n'
+    )
+    assert read_trace(dst).arrival_s.tolist() == pytest.approx([0.0, 2.0])
+
+
+def test_a_missing_field_is_named_with_the_names_that_would_do(tmp_path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 1, "input_length": 3, "tokens_out": 2}\n')
+    with pytest.raises(SimulationError, match=r"output: one of generatedtokens, outputlength"):
+        read_trace(path)
