@@ -1,8 +1,8 @@
 """The back-test's demand series: reading one, and the synthetic variants of it.
 
 A series is ``window_start_s,total_rate_rps`` (the format of
-../shared/data/load/servegen_m-large_aggregate_rate.csv): request rate (req/s) per
-600 s window. What the autoscaler sees and what it must serve are kept apart:
+../shared/data/load/servegen_m-large_aggregate_rate.csv; other names and window lengths
+are read too, see ``read_series``): request rate (req/s) per 600 s window. What the autoscaler sees and what it must serve are kept apart:
 
 - ``observed``: the series as telemetry shows it. A window where no client reported
   is 0 there (as in ServeGen), as is a window absent from the file; telling such a gap
@@ -57,27 +57,72 @@ class Series:
         return len(self.observed) * WINDOW_S / 86_400
 
 
+# Accepted column names (normalised: lowercase, letters and digits only).
+_TIME_COLUMNS = ("windowstarts", "windowstart", "starts", "timestamp", "time", "ts")
+_RATE_COLUMNS = ("totalraterps", "raterps", "rate", "rps", "requestspers")
+
+
+def _column(header: list[str], names: tuple[str, ...], path: Path) -> str:
+    by_norm = {"".join(c for c in h.lower() if c.isalnum()): h for h in header}
+    hit = next((by_norm[n] for n in names if n in by_norm), None)
+    if hit is None:
+        raise SeriesError(f"{path}: no column named like {names[0]} among {header}")
+    return hit
+
+
 def read_series(path: Path = DEFAULT_SERIES) -> Series:
-    """Read ``window_start_s,total_rate_rps`` with 600 s windows (lines starting with
-    ``#`` are comments); a window absent from the file is read as 0 (nobody reported).
-    Raises SeriesError."""
+    """Read a request-rate series: a window start (s) and a rate (req/s) per row,
+    ``window_start_s,total_rate_rps`` as in ServeGen's aggregate (other names:
+    ``_TIME_COLUMNS``, ``_RATE_COLUMNS``; lines starting with ``#`` are comments).
+    Windows of another regular length are put on the back-test's 600 s grid: shorter
+    ones averaged (a 600 s window missing from the file, or with none of its windows
+    recorded, is 0), longer ones repeated. A window absent from the file is read as 0
+    (nobody reported). Raises SeriesError."""
     try:
         with path.open(newline="") as f:
-            rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
-        starts = np.asarray([float(r["window_start_s"]) for r in rows])
-        rates = np.asarray([float(r["total_rate_rps"]) for r in rows])
+            reader = csv.DictReader(line for line in f if not line.startswith("#"))
+            header = list(reader.fieldnames or ())
+            t_col = _column(header, _TIME_COLUMNS, path)
+            r_col = _column(header, _RATE_COLUMNS, path)
+            rows = list(reader)
+        starts = np.asarray([float(r[t_col]) for r in rows])
+        rates = np.asarray([float(r[r_col]) for r in rows])
+    except SeriesError:
+        raise
     except (OSError, KeyError, TypeError, ValueError) as exc:
-        raise SeriesError(f"{path}: not a window_start_s,total_rate_rps series ({exc!r})") from exc
+        raise SeriesError(f"{path}: not a window start, rate series ({exc!r})") from exc
     if len(starts) == 0:
         raise SeriesError(f"{path}: no windows")
-    index = np.round((starts - starts.min()) / WINDOW_S).astype(np.intp)
-    if not np.allclose(starts - starts.min(), index * WINDOW_S):
-        raise SeriesError(f"{path}: window starts are not on a {WINDOW_S:g} s grid")
-    observed = np.zeros(int(index.max()) + 1)
-    observed[index] = np.clip(np.nan_to_num(rates), 0.0, None)
+    order = np.argsort(starts, kind="stable")
+    starts, rates = starts[order] - starts.min(), np.clip(np.nan_to_num(rates[order]), 0.0, None)
+    steps = np.diff(np.unique(starts))
+    window = float(steps.min()) if len(steps) else WINDOW_S
+    index = np.round(starts / window).astype(np.intp)
+    if window <= 0 or not np.allclose(starts, index * window):
+        raise SeriesError(f"{path}: window starts are not on a regular grid")
+    grid = np.zeros(int(index.max()) + 1)
+    grid[index] = rates
+    observed = _on_600s(grid, window, path)
     gaps = missing_windows(observed * WINDOW_S, WINDOW_S)
     truth = np.where(gaps, np.nan, observed)
-    return Series(path.stem, observed, truth, note=f"{int(gaps.sum())} windows missing")
+    note = f"{int(gaps.sum())} windows missing"
+    if window != WINDOW_S:
+        note += f"; {window:g} s windows put on {WINDOW_S:g} s"
+    return Series(path.stem, observed, truth, note=note)
+
+
+def _on_600s(rates: FloatArray, window_s: float, path: Path) -> FloatArray:
+    """Rates per ``window_s`` window as rates per 600 s window."""
+    if window_s == WINDOW_S:
+        return rates
+    ratio = WINDOW_S / window_s
+    if window_s < WINDOW_S and abs(ratio - round(ratio)) < 1e-9:
+        k = round(ratio)
+        padded = np.concatenate([rates, np.zeros(-len(rates) % k)])
+        return np.asarray(padded.reshape(-1, k).mean(axis=1), dtype=np.float64)
+    if window_s > WINDOW_S and abs(1 / ratio - round(1 / ratio)) < 1e-9:
+        return np.repeat(rates, round(1 / ratio))
+    raise SeriesError(f"{path}: {window_s:g} s windows do not divide into {WINDOW_S:g} s ones")
 
 
 def variants(base: Series, seed: int = VARIANT_SEED) -> list[Series]:

@@ -36,9 +36,29 @@ def test_a_window_nobody_reported_is_unknown_demand_not_zero(tmp_path: Path) -> 
     assert np.flatnonzero(np.isnan(series.truth)).tolist() == [4, 7]
 
 
-def test_a_series_off_the_600_s_grid_is_refused(tmp_path: Path) -> None:
+def test_a_series_off_any_regular_grid_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SeriesError, match="grid"):
-        read_series(_write(tmp_path / "s.csv", [0.0, 600.0, 900.0], [1.0, 2.0, 3.0]))
+        read_series(_write(tmp_path / "s.csv", [0.0, 600.0, 1000.0], [1.0, 2.0, 3.0]))
+
+
+def test_shorter_windows_are_averaged_onto_600_s_and_longer_ones_repeated(tmp_path: Path) -> None:
+    minute = read_series(_write(tmp_path / "m.csv", [60.0 * i for i in range(20)],
+                                [1.0] * 10 + [3.0] * 10))  # fmt: skip
+    assert minute.observed.tolist() == [1.0, 3.0]
+    assert "60 s windows" in minute.note
+    hourly = read_series(_write(tmp_path / "h.csv", [0.0, 3600.0], [2.0, 4.0]))
+    assert hourly.observed.tolist() == [2.0] * 6 + [4.0] * 6
+    with pytest.raises(SeriesError, match="do not divide"):
+        read_series(_write(tmp_path / "x.csv", [0.0, 700.0], [1.0, 1.0]))
+
+
+def test_other_column_names_are_found(tmp_path: Path) -> None:
+    path = tmp_path / "s.csv"
+    path.write_text("timestamp,rate\n0,5\n600,7\n")
+    assert read_series(path).observed.tolist() == [5.0, 7.0]
+    path.write_text("timestamp,requests\n0,5\n")
+    with pytest.raises(SeriesError, match="no column named like totalraterps"):
+        read_series(path)
 
 
 def test_the_variants_are_the_series_reshaped_the_same_way_every_time() -> None:
