@@ -2,7 +2,8 @@
 
 A series is ``window_start_s,total_rate_rps`` (the format of
 ../shared/data/load/servegen_m-large_aggregate_rate.csv; other names and window lengths
-are read too, see ``read_series``): request rate (req/s) per 600 s window. What the autoscaler sees and what it must serve are kept apart:
+are read too, see ``read_series``): request rate (req/s) per 600 s window. What the
+autoscaler sees and what it must serve are kept apart:
 
 - ``observed``: the series as telemetry shows it. A window where no client reported
   is 0 there (as in ServeGen), as is a window absent from the file; telling such a gap
