@@ -25,6 +25,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -211,9 +212,10 @@ def _build(stamps: _Stamps, prompt: list[int], output: list[int], source: str) -
     return replace(trace, time_unit=stamps.unit, time_unit_note=stamps.note)
 
 
-def read_csv(path: Path, time_unit: TimeUnit = "auto") -> Trace:
+def read_csv(path: Path, time_unit: TimeUnit = "auto", max_rows: int | None = None) -> Trace:
     """Read a CSV trace (columns found by ``COLUMNS``; numeric timestamps in
-    ``time_unit``; lines starting with ``#`` are comments). Raises SimulationError."""
+    ``time_unit``; lines starting with ``#`` are comments), at most ``max_rows`` requests
+    of it. Raises SimulationError."""
     with path.open(newline="") as f:
         reader = csv.reader(line for line in f if not line.startswith("#"))
         header = next(reader, None)
@@ -221,7 +223,7 @@ def read_csv(path: Path, time_unit: TimeUnit = "auto") -> Trace:
             raise SimulationError(f"{path}: the trace has no requests")
         cols = _resolve([h.strip() for h in header], str(path))
         where = {k: [h.strip() for h in header].index(v) for k, v in cols.items()}
-        rows = [r for r in reader if r]
+        rows = list(islice((r for r in reader if r), max_rows))
     try:
         prompt = [int(float(r[where["prompt"]])) for r in rows]
         output = [int(float(r[where["output"]])) for r in rows]
@@ -231,9 +233,10 @@ def read_csv(path: Path, time_unit: TimeUnit = "auto") -> Trace:
     return _build(_seconds(stamps, str(path), time_unit), prompt, output, str(path))
 
 
-def read_jsonl(path: Path, time_unit: TimeUnit = "auto") -> Trace:
+def read_jsonl(path: Path, time_unit: TimeUnit = "auto", max_rows: int | None = None) -> Trace:
     """Read JSON lines, one request each (keys found by ``COLUMNS``; numeric timestamps
-    in ``time_unit``, or ISO). Raises SimulationError naming the bad line."""
+    in ``time_unit``, or ISO), at most ``max_rows`` of them. Raises SimulationError
+    naming the bad line."""
     stamps: list[str] = []
     prompt: list[int] = []
     output: list[int] = []
@@ -242,6 +245,8 @@ def read_jsonl(path: Path, time_unit: TimeUnit = "auto") -> Trace:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
+            if max_rows is not None and len(stamps) >= max_rows:
+                break
             try:
                 obj = json.loads(line)
                 if keys is None:
@@ -254,13 +259,17 @@ def read_jsonl(path: Path, time_unit: TimeUnit = "auto") -> Trace:
     return _build(_seconds(stamps, str(path), time_unit), prompt, output, str(path))
 
 
-def read_trace(path: str | Path, time_unit: TimeUnit = "auto") -> Trace:
-    """Read a trace; ``.jsonl``/``.json`` is JSON lines, anything else CSV.
+def read_trace(
+    path: str | Path, time_unit: TimeUnit = "auto", max_rows: int | None = None
+) -> Trace:
+    """Read a trace; ``.jsonl``/``.json`` is JSON lines, anything else CSV. ``max_rows``
+    stops reading after that many requests (the public traces are in time order, so a
+    week-long trace need not be read whole to replay its first hour).
     ``time_unit``: the unit of numeric timestamps, "s", "ms" or "auto" (detected, see
     ``detect_unit``); the trace records the unit used. Raises SimulationError."""
     p = Path(path)
     if not p.is_file():
         raise SimulationError(f"trace {p} not found")
     if p.suffix in {".jsonl", ".json"}:
-        return read_jsonl(p, time_unit)
-    return read_csv(p, time_unit)
+        return read_jsonl(p, time_unit, max_rows)
+    return read_csv(p, time_unit, max_rows)

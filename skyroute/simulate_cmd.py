@@ -201,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
         from skyroute.simulate_inpool import run_in_pool  # noqa: PLC0415
 
         return run_in_pool(args, policy)
-    trace = read_trace(args.trace, args.time_unit).head(args.max_requests).sped_up(args.speedup)
+    trace = read_trace(args.trace, args.time_unit, args.max_requests)
+    trace = trace.head(args.max_requests).sped_up(args.speedup)
     trace = variant(trace, args.variant)
     if args.rollout:
         from skyroute.simulate_rollout import run_rollout  # noqa: PLC0415

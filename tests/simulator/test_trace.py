@@ -152,3 +152,17 @@ def test_a_missing_field_is_named_with_the_names_that_would_do(tmp_path) -> None
     path.write_text('{"timestamp": 1, "input_length": 3, "tokens_out": 2}\n')
     with pytest.raises(SimulationError, match=r"output: one of generatedtokens, outputlength"):
         read_trace(path)
+
+
+def test_max_rows_stops_reading_early(tmp_path) -> None:
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text("timestamp,input_length,output_length\n1,1,1\n2,2,2\n3,3,3\nbad,x,y\n")
+    assert read_trace(csv_path, max_rows=3).prompt_tokens.tolist() == [1, 2, 3]
+    lines = tmp_path / "t.jsonl"
+    lines.write_text(
+        '{"timestamp": 1, "input_length": 1, "output_length": 1}\n'
+        '{"timestamp": 2, "input_length": 2, "output_length": 2}\nnot json\n'
+    )
+    assert len(read_trace(lines, max_rows=2)) == 2
+    with pytest.raises(SimulationError, match=r"t\.jsonl:3"):
+        read_trace(lines)
