@@ -30,7 +30,7 @@ class CoalescingTransport:
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         # None: writes go straight through; a list: they are held, in order.
-        self._held: list[bytes | bytearray | memoryview] | None = None
+        self._held: list[bytes] | None = None
 
     # -- WriteCoalescer -----------------------------------------------------------
 
@@ -54,7 +54,9 @@ class CoalescingTransport:
         if self._held is None:
             self._transport.write(data)
         else:
-            self._held.append(data)
+            # A copy of a mutable buffer: the caller may reuse it before the flush (the
+            # real transport copies what it cannot send at once, too).
+            self._held.append(data if isinstance(data, bytes) else bytes(data))
 
     def writelines(self, chunks: Any) -> None:
         """Write each of ``chunks`` (held while held)."""

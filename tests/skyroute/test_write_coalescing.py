@@ -192,3 +192,14 @@ def test_other_routes_answer_through_the_wrapper() -> None:
     request = b"GET /plain HTTP/1.1\r\nhost: t\r\n\r\n"
     writes = asyncio.run(_exchange(request, b'{"plain":"yes"}'))
     assert b"".join(writes).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_a_held_buffer_is_copied_so_its_reuse_changes_nothing() -> None:
+    real = RecordingTransport()
+    t = CoalescingTransport(real)
+    t.hold()
+    buf = bytearray(b"first")
+    t.write(buf)
+    buf[:] = b"SECOND"
+    t.flush()
+    assert real.writes == [b"first"]
