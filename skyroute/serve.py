@@ -150,6 +150,10 @@ def run_gateway(settings: GatewaySettings) -> None:
         http=guarded_protocol(limits, door),
         timeout_keep_alive=settings.keepalive_timeout_s,
         access_log=False,
+        # Nothing reads the client's address (limits, logs and traces go by API key and
+        # tenant), so uvicorn's X-Forwarded-For middleware would scan every request's
+        # headers for nothing (about 1 % of the gateway's CPU).
+        proxy_headers=False,
         log_config=None,
         lifespan="on",
         timeout_graceful_shutdown=settings.shutdown_timeout_s,
