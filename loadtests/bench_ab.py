@@ -2,6 +2,7 @@
 
     python loadtests/bench_ab.py --a OLD_TREE --b NEW_TREE [--rounds 6] [--duration 3]
         [--concurrency 32] [--stream] [--json out.json]
+    python loadtests/bench_ab.py --a . --env-a SKYROUTE_LOG_LEVEL=WARNING   # one setting's cost
 
 On a shared 2-core machine, the CPU per request of one run drifts by 10-20 % from minute
 to minute, which hides a change of a few per cent between two runs made minutes apart.
@@ -10,7 +11,9 @@ Redis) run at once, pinned to the same CPU; the engine and the load generator ge
 other. The load alternates between them, A B B A A B ..., ``--rounds`` closed-loop
 phases each, so a slow minute costs both alike. Prints each phase's gateway CPU ms per
 request (user + system of the process tree) and, per tree, the median and the spread;
-then B's median over A's. Numbers only: nothing is asserted.
+then B's median over A's. ``--env-a``/``--env-b NAME=VALUE`` (repeatable) set one side's
+environment, so the same tree run twice prices a setting (the access log at INFO, an
+external store worker). Numbers only: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -87,6 +90,15 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per phase")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--stream", action="store_true", help="streamed answers")
+    parser.add_argument(
+        "--env-a",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment of A's gateway (repeatable)",
+    )
+    parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment of B's gateway (repeatable)")  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -113,11 +125,13 @@ def main() -> None:
         wait_http(engine_url + "/health", 30, procs[-1], b"")
         urls: dict[str, str] = {}
         gateways: dict[str, psutil.Process] = {}
-        for name, tree in (("A", args.a), ("B", args.b)):
+        sides = (("A", args.a, args.env_a), ("B", args.b, args.env_b))
+        for name, tree, overrides in sides:
             port = free_port()
             store = f"sqlite+aiosqlite:///{tmp.name}/{name}.db"
             env = {**base_env, "SKYROUTE_PORT": str(port), "SKYROUTE_DATABASE_URL": store,
-                   "SKYROUTE_REDIS_PREFIX": f"ab{name}{secrets.token_hex(3)}"}  # fmt: skip
+                   "SKYROUTE_REDIS_PREFIX": f"ab{name}{secrets.token_hex(3)}",
+                   **dict(kv.split("=", 1) for kv in overrides)}  # fmt: skip
             cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
             # cwd first on sys.path: each gateway runs its own tree's code.
             procs.append(subprocess.Popen(cmd, cwd=tree.resolve(), env=env))
@@ -136,7 +150,8 @@ def main() -> None:
         per: dict[str, list[float]] = {"A": [], "B": []}
         rows = []
         mode = "stream" if args.stream else "nonstream"
-        print(f"A = {args.a}, B = {args.b}; {mode}, c = {args.concurrency}, "
+        print(f"A = {args.a} {' '.join(args.env_a)}, B = {args.b} {' '.join(args.env_b)}; "
+              f"{mode}, c = {args.concurrency}, "
               f"{args.duration:g} s x {args.rounds} phases each, gateways on CPU "
               f"{sorted(gw_cpus)}", flush=True)  # fmt: skip
         for r, pair in enumerate(order):
