@@ -104,23 +104,19 @@ def endpoint(handler: Handler) -> ASGIApp:
             for task in watcher:
                 task.cancel()
         coalesce: WriteCoalescer | None = scope.get(COALESCE_KEY)
-        if coalesce is None:
-            await response(scope, receive, send)
-            return
-        if isinstance(response, StreamingResponse):
-            # A relayed stream starts with its first event already at hand: the head
-            # waits for it, up to the loop's next turn, and later events go as they come.
+        if coalesce is not None:
+            # A whole answer is written in one stretch of this task (the server's send
+            # awaits only when the socket's buffer is full, and held bytes never fill
+            # it). A relayed stream starts with its first event already at hand: its
+            # head waits for it up to the loop's next turn, later events go as they come.
             coalesce.hold()
-            loop.call_soon(coalesce.flush)
-            await response(scope, receive, send)
-            return
-        # A whole answer is written in one stretch of this task (the server's send
-        # awaits only when the socket's buffer is full, and held bytes never fill it).
-        coalesce.hold()
+            if isinstance(response, StreamingResponse):
+                loop.call_soon(coalesce.flush)
         try:
             await response(scope, receive, send)
         finally:
-            coalesce.flush()
+            if coalesce is not None:
+                coalesce.flush()
 
     return app
 

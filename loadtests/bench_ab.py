@@ -19,7 +19,6 @@ external store worker). Numbers only: nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import secrets
@@ -48,20 +47,11 @@ from loadtests.bench_overhead import (  # noqa: E402
     UPSTREAM_MODEL,
     Load,
     closed_loop,
-    cpu_s,
     stop,
     wait_http,
     write_policy,
 )
-
-
-def tree_cpu_s(proc: psutil.Process) -> float:
-    """User + system CPU seconds of ``proc`` and its children (a store worker)."""
-    total = cpu_s(proc)
-    for child in proc.children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            total += cpu_s(child)
-    return total
+from loadtests.bench_procs import pin_threads, tree_cpu_s  # noqa: E402
 
 
 async def phase(url: str, key: str, stream: bool, concurrency: int, seconds: float,
@@ -138,11 +128,8 @@ def main() -> None:
             urls[name] = f"http://127.0.0.1:{port}"
             wait_http(urls[name] + "/readyz", 60, procs[-1], b'"ready"')
             gateways[name] = psutil.Process(procs[-1].pid)
-            for proc in [gateways[name], *gateways[name].children(recursive=True)]:
-                for thread in proc.threads():
-                    os.sched_setaffinity(thread.id, gw_cpus)
-        for thread in psutil.Process(procs[0].pid).threads():
-            os.sched_setaffinity(thread.id, client_cpus)
+            pin_threads(gateways[name], sorted(gw_cpus))
+        pin_threads(psutil.Process(procs[0].pid), sorted(client_cpus))
         os.sched_setaffinity(0, client_cpus)
         time.sleep(3.0)  # past the first seconds after ready (imports, warm caches)
 

@@ -221,8 +221,8 @@ def read_csv(path: Path, time_unit: TimeUnit = "auto", max_rows: int | None = No
         header = next(reader, None)
         if header is None:
             raise SimulationError(f"{path}: the trace has no requests")
-        cols = _resolve([h.strip() for h in header], str(path))
-        where = {k: [h.strip() for h in header].index(v) for k, v in cols.items()}
+        names = [h.strip() for h in header]
+        where = {k: names.index(v) for k, v in _resolve(names, str(path)).items()}
         rows = list(islice((r for r in reader if r), max_rows))
     try:
         prompt = [int(float(r[where["prompt"]])) for r in rows]
