@@ -39,11 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # does: collecting meanwhile finds next to nothing. run_gateway turns the
         # collector back on (serve.tune_gc).
         gc.disable()
-    from skyroute.serve import (  # noqa: PLC0415 - keep start-up light
-        exit_past_stray_threads,
-        redis_for,
-        run_gateway,
-    )
+    from skyroute.serve import redis_for, run_gateway  # noqa: PLC0415 - keep start-up light
 
     settings = _settings(args)
     logs.configure(settings.log_level, settings.log_json)
@@ -59,7 +55,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
             }
             return run_workers(args.workers, live.host, live.port, env)
         run_gateway(live)
-    exit_past_stray_threads(0)
     return 0
 
 

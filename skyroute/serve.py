@@ -6,12 +6,9 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import signal
 import socket
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -176,31 +173,3 @@ def run_gateway(settings: GatewaySettings) -> None:
         server.run(sockets=[reuse_port_socket(settings.host, settings.port)])
     else:
         server.run()
-
-
-def exit_past_stray_threads(code: int, grace_s: float = 2.0) -> None:
-    """Return if every non-daemon thread ends within ``grace_s``; else end the process
-    now with ``code``, after flushing the logs.
-
-    Python waits at exit for every non-daemon thread, and aiosqlite runs each connection
-    on one that lives until the connection is closed. A connection whose call a shutdown
-    cancelled (the usage consumer, when SIGTERM came just as the store finished opening)
-    is never closed, and the stopped gateway then never exited: seen once in three CI
-    runs of the two-worker SIGTERM test. By the time the server has stopped, the usage
-    journal is flushed and the store closed (the lifespan's shutdown); such a thread
-    holds an idle connection, and an unfinished ledger batch is written again later
-    (its stream entries are acknowledged only after a commit)."""
-    deadline = time.monotonic() + grace_s
-    main = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main and not thread.daemon:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    stray = [t.name for t in threading.enumerate() if t is not main and not t.daemon]
-    if not stray:
-        return
-    logger.warning("threads still running after the server stopped: %s; exiting", stray)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
