@@ -99,6 +99,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             yield
         finally:
             gw.draining = True
+            await gw.store_sync.stop()  # between steps: no store call is cut in half
             await _stop(tasks)
             # The last usage records and counters go out before the process does.
             with contextlib.suppress(TableError):

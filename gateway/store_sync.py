@@ -107,6 +107,8 @@ class StoreSync:
         self._misses: dict[str, float] = {}
         self._poked = asyncio.Event()
         self._failed_at = -math.inf
+        self._stopping = False
+        self._run_task: asyncio.Task[None] | None = None
 
     # -- counters for /metrics (zero until the store is open) -----------------------------
     @property
@@ -302,9 +304,10 @@ class StoreSync:
 
     async def run(self) -> None:
         """Open the store, then loop: migrate until it succeeds, then run the restore
-        check and the usage consumer. Runs until cancelled, unless the store cannot be
-        opened at all (then it returns, having logged why). External mode: only watch
-        for refills; the store opens when a caller needs it."""
+        check and the usage consumer. Runs until ``stop`` or cancelled, unless the store
+        cannot be opened at all (then it returns, having logged why). External mode:
+        only watch for refills; the store opens when a caller needs it."""
+        self._run_task = asyncio.current_task()
         if self.not_before is not None:
             await self.not_before.wait()
         if self.external:
@@ -317,7 +320,7 @@ class StoreSync:
         # store opened there. (A cancelled SQLAlchemy call on aiosqlite, cancelled again
         # while it closes the connection, can leave a task waiting forever on the
         # connection's stopped thread, and the process with it.)
-        if not await asyncio.shield(self._opening):
+        if not await asyncio.shield(self._opening) or self._stopping:
             return
         backoff = 0.5
         while not self.migrated:
@@ -327,9 +330,28 @@ class StoreSync:
                 logger.warning("store migration failed (%s); retrying in %.1f s", exc, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            if self._stopping:
+                return
         assert self._restorer is not None and self._consumer is not None
         logger.info("store migrated; restore check and usage consumer running")
         await asyncio.gather(self._restorer.run(), self._consumer.run())
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the restore check and the usage consumer between steps, waiting up to
+        ``timeout_s`` for the steps under way; ``run`` then returns. Call before
+        cancelling ``run``'s task: cancelling a SQLAlchemy call on aiosqlite mid-way,
+        then again as it closes its connection, can leave a task waiting forever on the
+        connection's stopped thread, and the process with it. Idempotent."""
+        self._stopping = True
+        if self._restorer is not None and self._consumer is not None:
+            self._restorer.stop()
+            self._consumer.stop()
+        task = self._run_task
+        # Waiting for the server to listen, or (external mode) watching Redis: nothing
+        # of the store's is under way, and cancelling is safe.
+        if task is None or task.done() or self._opening is None or self.external:
+            return
+        await asyncio.wait({task}, timeout=timeout_s)
 
     async def close(self) -> None:
         """Let an opening under way finish, then close the store's pooled connections (if

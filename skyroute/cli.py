@@ -45,7 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logs.configure(settings.log_level, settings.log_json)
     with redis_for(settings) as live:
         if args.workers > 1:
-            from skyroute.workers import run_workers  # noqa: PLC0415
+            from skyroute.workers import STOP_MARGIN_S, run_workers  # noqa: PLC0415
 
             env = {
                 **os.environ,
@@ -53,7 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 "SKYROUTE_HOST": live.host,
                 "SKYROUTE_POLICY": str(live.policy.resolve()),
             }
-            return run_workers(args.workers, live.host, live.port, env)
+            stop_s = live.drain_delay_s + live.shutdown_timeout_s + STOP_MARGIN_S
+            return run_workers(args.workers, live.host, live.port, env, stop_s)
         run_gateway(live)
     return 0
 

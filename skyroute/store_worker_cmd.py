@@ -57,6 +57,7 @@ async def run_worker(settings: GatewaySettings, stop: asyncio.Event) -> None:
         await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopping.cancel()
+        await sync.stop()  # between steps: no store call is cut in half
         work.cancel()
         await asyncio.gather(work, stopping, return_exceptions=True)
         await sync.close()

@@ -9,7 +9,9 @@ workers need nothing from each other.
 The supervisor (this module, in the parent process) picks the port once, starts the
 workers, forwards SIGTERM/SIGINT to them (each drains as a single gateway does), and
 restarts a worker that dies, at most ``MAX_RESTARTS`` times a minute; past that it
-stops the others and exits 1.
+stops the others and exits 1. A worker that has not exited ``stop_timeout_s`` after the
+signal (its drain delay and graceful shutdown, plus a margin) is killed, and the
+supervisor exits 1: an orchestrator's stop must end in bounded time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5
 _RESTART_WINDOW_S = 60.0
+# Beyond a worker's own drain delay and graceful timeout: its lifespan's last flushes.
+STOP_MARGIN_S = 15.0
 ENV_REUSE_PORT = "SKYROUTE_REUSE_PORT"
 
 
@@ -48,11 +52,12 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
 class Supervisor:
     """Runs and watches ``n`` worker processes of ``skyroute serve``."""
 
-    def __init__(self, n: int, env: Mapping[str, str]) -> None:
+    def __init__(self, n: int, env: Mapping[str, str], stop_timeout_s: float) -> None:
         if n < 1:
             raise ValueError("--workers must be at least 1")
         self.n = n
         self.env = dict(env)
+        self.stop_timeout_s = stop_timeout_s
         self.procs: list[subprocess.Popen[bytes]] = []
         self._stopping = threading.Event()
         self._restarts: deque[float] = deque()
@@ -97,14 +102,25 @@ class Supervisor:
         return len(self._restarts) <= MAX_RESTARTS
 
     def _wait(self) -> int:
-        codes = [proc.wait() for proc in self.procs]
+        deadline = time.monotonic() + self.stop_timeout_s
+        codes: list[int] = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(max(deadline - time.monotonic(), 0.0)))
+            except subprocess.TimeoutExpired:
+                logger.error("worker pid %d did not stop in %.0f s; killed",
+                             proc.pid, self.stop_timeout_s)  # fmt: skip
+                proc.kill()
+                proc.wait()
+                codes.append(1)
         return 0 if all(code in (0, -signal.SIGINT, -signal.SIGTERM) for code in codes) else 1
 
 
-def run_workers(n: int, host: str, port: int, env: Mapping[str, str]) -> int:
+def run_workers(n: int, host: str, port: int, env: Mapping[str, str], stop_timeout_s: float) -> int:
     """Serve on (host, port) with ``n`` workers. Port 0 picks one free port for all of
     them. ``env`` must carry every setting (the Redis URL included): workers read
-    their settings from it. Returns the exit code."""
+    their settings from it. ``stop_timeout_s``: how long workers get to exit after a
+    signal before they are killed. Returns the exit code."""
     # Hold the port while the workers bind it too; a bound socket that never listens
     # takes no connections, so closing it once they are up drops nothing.
     holder = reuse_port_socket(host, port)
@@ -112,7 +128,7 @@ def run_workers(n: int, host: str, port: int, env: Mapping[str, str]) -> int:
         chosen = holder.getsockname()[1]
         worker_env = {**env, "SKYROUTE_PORT": str(chosen), ENV_REUSE_PORT: "1"}
         logger.info("serving on %s:%d with %d workers (SO_REUSEPORT)", host, chosen, n)
-        supervisor = Supervisor(n, worker_env)
+        supervisor = Supervisor(n, worker_env, stop_timeout_s)
         closer = threading.Timer(30.0, holder.close)
         closer.daemon = True
         closer.start()

@@ -13,6 +13,7 @@ Redis (the buffer) and are written once it is back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Protocol
@@ -68,6 +69,17 @@ class UsageConsumer:
         self._own_pending = True
         self.written = 0
         self.malformed = 0
+        self._stopped = asyncio.Event()
+
+    def stop(self) -> None:
+        """Make ``run`` return after the step under way (at once if it is pausing).
+        Stopping between steps, not by cancellation, leaves no store transaction or
+        connection cut in half at shutdown. Idempotent."""
+        self._stopped.set()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), seconds)
 
     async def _next(self) -> list[Entry]:
         if self._own_pending:
@@ -114,22 +126,23 @@ class UsageConsumer:
         return total
 
     async def run(self) -> None:
-        """Loop: settle the stream into the store. Runs until cancelled; Redis and
-        store outages are logged once each and retried with backoff."""
+        """Loop: settle the stream into the store, until ``stop`` (or cancelled). Redis
+        and store outages are logged once each and retried with backoff."""
         backoff = 0.1
         failing: set[str] = set()
-        while True:
+        while not self._stopped.is_set():
             try:
-                while True:
+                while not self._stopped.is_set():
                     settled = await self.run_once()
                     if not settled and self.block_ms is None:
-                        await asyncio.sleep(0.1)  # nothing waiting, and Redis did not wait
+                        await self._pause(0.1)  # nothing waiting, and Redis did not wait
                     elif settled < self.batch and self.pace_s > 0:
-                        await asyncio.sleep(self.pace_s)
+                        await self._pause(self.pace_s)
                     backoff = 0.1
                     if failing:
                         logger.info("usage consumer caught up again")
                         failing.clear()
+                return
             except (TableError, StoreError) as exc:
                 kind = type(exc).__name__
                 if kind not in failing:
@@ -137,5 +150,5 @@ class UsageConsumer:
                     logger.warning("usage consumer waiting: %s: %s", kind, exc)
             except Exception:
                 logger.exception("usage consumer step failed")
-            await asyncio.sleep(backoff)
+            await self._pause(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)

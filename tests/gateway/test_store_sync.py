@@ -108,6 +108,34 @@ async def test_a_shutdown_during_the_opening_lets_it_finish_before_closing(
         assert sync.migrated  # not cut off in the middle of the migration
 
 
+@run_async
+async def test_a_stop_ends_the_background_loops_between_steps(
+    redis_url: str, tmp_path: Path
+) -> None:
+    async with store_sync(redis_url, tmp_path / "store.db", open_wait_s=120.0) as sync:
+        runner = asyncio.create_task(sync.run())
+        try:
+            await sync.store()  # opened and migrated: the loops start with no more waits
+            await asyncio.sleep(0)
+            await sync.stop(timeout_s=60)
+            assert runner.done() and not runner.cancelled()
+            assert runner.exception() is None
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+
+@run_async
+async def test_a_stop_during_the_opening_starts_no_loops(redis_url: str, tmp_path: Path) -> None:
+    async with store_sync(redis_url, tmp_path / "store.db", open_wait_s=120.0) as sync:
+        runner = asyncio.create_task(sync.run())
+        await asyncio.sleep(0)  # one loop step: run() has started the opening
+        await sync.stop(timeout_s=60)
+        assert runner.done() and not runner.cancelled()
+        assert sync.migrated  # the opening was let finish, and nothing started after it
+        assert sync.written == 0
+
+
 def test_an_admin_call_that_outwaits_the_opening_is_a_503_in_openai_shape(
     redis_url: str,
 ) -> None:

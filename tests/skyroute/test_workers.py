@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from skyroute.embedded_redis import free_port
+from skyroute.workers import Supervisor
 from tests.gateway.conftest import CHAT, Fleet, start_fleet
 from tests.gateway.harness import ADMIN_TOKEN, API_KEY, unique_prefix, wait_for, wait_until
 
@@ -89,3 +90,27 @@ def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: s
         log.close()
     assert code == 0, (fleet.policy_path.parent / "workers.log").read_text()[-3000:]
     assert not any(w.is_running() for w in workers)
+
+
+class _Deaf(Supervisor):
+    """A supervisor whose workers ignore SIGTERM (a worker hung in its shutdown)."""
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+             "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        return proc
+
+
+def test_a_worker_that_does_not_stop_in_time_is_killed() -> None:
+    supervisor = _Deaf(2, os.environ, stop_timeout_s=1.0)
+    supervisor.procs = [supervisor._spawn() for _ in range(2)]
+    supervisor._signal(signal.SIGTERM)
+    assert supervisor._wait() == 1
+    assert all(p.returncode == -signal.SIGKILL for p in supervisor.procs)
+    for p in supervisor.procs:
+        assert p.stdout is not None
+        p.stdout.close()

@@ -45,6 +45,20 @@ class CrashAfterWrite:
         raise Crash
 
 
+class HeldWrite:
+    """A ledger whose writes wait, once started, until ``release`` is set."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def write(self, rows: Sequence[LedgerRow]) -> list[LedgerRow]:
+        self.started.set()
+        await self.release.wait()
+        return await self.ledger.write(rows)
+
+
 class StoreDown:
     """A ledger whose database does not answer."""
 
@@ -105,6 +119,25 @@ async def test_a_consumer_restarted_under_its_name_rereads_its_own_pending_entri
         assert await again.drain() == 5
         assert await store.ledger.count() == 5
         assert await month_spend(store) == 5_000
+
+
+@run_async
+async def test_a_stopped_consumer_finishes_its_step_and_returns_without_cancelling(
+    db_url: str, live_redis: RedisTarget
+) -> None:
+    async with opened(db_url) as store, access_tables(live_redis) as tables:
+        await publish(tables, [usage(n) for n in range(5)])
+        held = HeldWrite(store.ledger)
+        c = UsageConsumer(UsageStream(tables, consumer="gw-a"), held, block_ms=None, pace_s=3600)
+        await c.stream.ensure_group()
+        runner = asyncio.create_task(c.run())
+        await held.started.wait()
+        c.stop()  # mid-write: the transaction is not cut; the step ends, then run()
+        held.release.set()
+        await asyncio.wait_for(runner, 60)
+        assert not runner.cancelled()
+        assert c.written == 5
+        assert await c.stream.pending_count() == 0
 
 
 @run_async
