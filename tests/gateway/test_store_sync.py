@@ -91,6 +91,7 @@ async def test_a_caller_waiting_for_the_store_gets_it_once_it_opens(
             assert sync.migrated
             assert loaded == [True]
         finally:
+            await sync.stop()  # as the lifespan does: never cancel a store call mid-way
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
 
