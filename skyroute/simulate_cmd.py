@@ -96,6 +96,13 @@ def _reference_text(ref: Reference, cmp: Comparison) -> str:
     )
 
 
+def _headroom(text: str) -> float:
+    value = float(text)
+    if not value >= 1.0:
+        raise argparse.ArgumentTypeError(f"headroom must be >= 1, got {text}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``simulate`` to the ``skyroute`` command line."""
     p = subparsers.add_parser(
@@ -156,6 +163,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "forecast and cheapest-mix MILP, every 60 s), 'static' (the policy's initial "
         "replicas, never changed) or 'hindsight' (the integer bound's fleet, each replica "
         "launched in time: can the bound's fleet serve the trace?)",
+    )
+    p.add_argument(
+        "--planner-headroom",
+        type=_headroom,
+        help="'planner' only: capacity planned per token/s of the forecast's upper bound "
+        f"(default: the sidecar's, {sim_config().headroom:g}); sweeps the planner's margin",
     )
     p.add_argument("--bound-window-s", type=float, default=60.0, help="bounds' window, s")
     p.add_argument(
@@ -242,6 +255,10 @@ def run(args: argparse.Namespace) -> int:
         )
         plan = integer.replicas
         scaler = partial(HindsightScaler, plan, args.bound_window_s, spec.provisioning_s)
+    elif args.scaler == "planner" and args.planner_headroom is not None:
+        scaler = partial(
+            PlannerScaler.build, policy, spec, sim_config(headroom=args.planner_headroom)
+        )
     else:
         scaler = SCALERS[args.scaler](policy, spec)
     total = len(work.arrival_s) * len(names)
@@ -297,6 +314,9 @@ def run(args: argparse.Namespace) -> int:
         "warmup_s": args.warmup_s,
         "tick_s": args.tick_s,
         "scaler": args.scaler,
+        "planner_headroom": (
+            (args.planner_headroom or sim_config().headroom) if args.scaler == "planner" else None
+        ),
         "bound_window_s": args.bound_window_s,
         "bound_block_s": args.bound_block_s,
         "variant": args.variant,

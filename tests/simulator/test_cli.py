@@ -47,6 +47,25 @@ def test_simulate_runs_the_autoscalers_decide_when_asked(tmp_path, capsys) -> No
     assert doc["integer_bound"] is None
 
 
+def test_the_planners_headroom_can_be_swept(tmp_path) -> None:
+    # Stretched to 22 minutes: the forecast is trusted (and the headroom applied) after
+    # 12 buckets of 60 s.
+    runs = [
+        simulate_cli(tmp_path / h, "--scaler", "planner", "--policies", "skyroute",
+                     "--bound-block-s", "0", "--speedup", "0.08", "--planner-headroom", h)
+        for h in ("1", "1.5")
+    ]  # fmt: skip
+    assert [doc["scenario"]["planner_headroom"] for doc in runs] == [1.0, 1.5]
+    low, high = (doc["policies"][0]["summary"]["provisioned_usd"] for doc in runs)
+    assert low < high
+
+
+def test_a_headroom_below_one_is_refused(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        simulate_cli(tmp_path, "--scaler", "planner", "--planner-headroom", "0.9")
+    assert "headroom must be >= 1" in capsys.readouterr().err
+
+
 def test_a_static_fleet_bills_every_policy_the_same(tmp_path) -> None:
     doc = simulate_cli(
         tmp_path, "--scaler", "static", "--policies", "skyroute,round-robin", "--bound-block-s", "0"
