@@ -17,7 +17,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from adapters.cloud import AwsSettings, AzureSettings, CloudConfig, GcpSettings, LocalSettings
-from autoscaler.config import ScalerConfig
+from autoscaler.config import DEFAULT_HEADROOM, ScalerConfig
 from autoscaler.forecast import ForecastConfig
 
 __all__ = ["AutoscalerSettings"]
@@ -52,7 +52,7 @@ class AutoscalerSettings(BaseSettings):
     autoscale_interval_s: float = Field(default=60.0, gt=0)
     autoscale_dry_run: bool = False
     autoscale_budget_usd_per_hour: float | None = Field(default=None, ge=0)
-    autoscale_headroom: float = Field(default=1.1, ge=1)
+    autoscale_headroom: float = Field(default=DEFAULT_HEADROOM, ge=1)
     autoscale_spot_cap: float = Field(default=0.5, ge=0, le=1)
     autoscale_max_step: int = Field(default=4, ge=1)
     autoscale_cooldown_s: float = Field(default=300.0, ge=0)

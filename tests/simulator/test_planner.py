@@ -39,13 +39,13 @@ def _scaler() -> PlannerScaler:
 
 
 def test_demand_within_the_cheap_pool_goes_there_with_the_planners_headroom() -> None:
-    # 5 per 10 s × 101 tokens = 50.5 tok/s; × 1.1 headroom = 55.6: one cheap replica.
+    # 5 per 10 s × 101 tokens = 50.5 tok/s; × 1.05 headroom = 53.0: one cheap replica.
     targets = _scaler().decide(60.0, _samples(5, 6), FleetState.static(SPEC))
     assert targets.tolist() == [1, 0]
 
 
 def test_demand_beyond_the_cheap_pools_max_takes_the_dear_pool() -> None:
-    # 40 per 10 s = 404 tok/s, 444 with headroom: 3 cheap (300) and 2 dear (200).
+    # 40 per 10 s = 404 tok/s, 424 with headroom: 3 cheap (300) and 2 dear (200).
     targets = _scaler().decide(60.0, _samples(40, 6), FleetState.static(SPEC))
     assert targets.tolist() == [3, 2]
 
