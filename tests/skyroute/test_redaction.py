@@ -8,6 +8,7 @@ import logging
 import orjson
 import pytest
 
+from skyroute import logs
 from skyroute.logs import JsonFormatter, redact
 
 SECRETS = {
@@ -48,3 +49,24 @@ def test_a_secret_in_a_structured_field_is_masked_in_json(secret: str) -> None:
     line = JsonFormatter().format(record)
     assert secret not in line
     assert orjson.loads(line)["request_id"] == "[REDACTED]"
+
+
+@pytest.mark.parametrize("secret", SECRETS.values(), ids=SECRETS.keys())
+def test_a_secret_is_masked_every_time_and_never_remembered(secret: str) -> None:
+    text = f"request id {secret}"
+    for _ in range(3):  # a clean string seen before is answered from memory; this never is
+        assert secret not in redact(text)
+    assert text not in logs._CLEAN and all(secret not in s for s in logs._CLEAN)
+
+
+def test_remembered_clean_strings_answer_as_the_pattern_does() -> None:
+    values = ["aws:us-east-1:h100-llama70b", "ok", "acme", "x" * 300]
+    assert [redact(v) for v in values] == values
+    assert [redact(v) for v in values] == values  # second time: from memory
+    assert "x" * 300 not in logs._CLEAN  # long values are not kept
+
+
+def test_the_memory_of_clean_strings_is_bounded() -> None:
+    for n in range(logs._CLEAN_MAX + 10):
+        redact(f"req-{n}")
+    assert len(logs._CLEAN) <= logs._CLEAN_MAX
