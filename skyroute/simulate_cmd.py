@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from autoscaler.config import DEFAULT_HEADROOM, ScalerConfig
 from live.policy_file import load_policy
 from router.policy import Policy
 from simulator.bound import lower_bound
@@ -36,22 +37,22 @@ from skyroute.simulate_planner import PlannerScaler, sim_config
 _LONG_RUN = 20_000  # request-runs above which the progress bar is shown
 
 
-def _reactive(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
+def _reactive(policy: Policy, spec: FleetSpec, planner: ScalerConfig) -> Callable[[], Scaler]:
     return ReactiveScaler
 
 
-def _static(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
+def _static(policy: Policy, spec: FleetSpec, planner: ScalerConfig) -> Callable[[], Scaler]:
     return StaticScaler
 
 
-def _planner(policy: Policy, spec: FleetSpec) -> Callable[[], Scaler]:
-    return partial(PlannerScaler.build, policy, spec, sim_config())
+def _planner(policy: Policy, spec: FleetSpec, planner: ScalerConfig) -> Callable[[], Scaler]:
+    return partial(PlannerScaler.build, policy, spec, planner)
 
 
 HINDSIGHT = "hindsight"  # needs the workload and the bound, so it is built in run()
 
 # --scaler NAME -> a factory of fresh scalers (one per policy run) for the fleet.
-SCALERS: dict[str, Callable[[Policy, FleetSpec], Callable[[], Scaler]]] = {
+SCALERS: dict[str, Callable[[Policy, FleetSpec, ScalerConfig], Callable[[], Scaler]]] = {
     "reactive": _reactive,
     "planner": _planner,
     "static": _static,
@@ -167,8 +168,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--planner-headroom",
         type=_headroom,
+        default=DEFAULT_HEADROOM,
         help="'planner' only: capacity planned per token/s of the forecast's upper bound "
-        f"(default: the sidecar's, {sim_config().headroom:g}); sweeps the planner's margin",
+        "(default: the sidecar's, %(default)g); sweeps the planner's margin",
     )
     p.add_argument("--bound-window-s", type=float, default=60.0, help="bounds' window, s")
     p.add_argument(
@@ -255,12 +257,9 @@ def run(args: argparse.Namespace) -> int:
         )
         plan = integer.replicas
         scaler = partial(HindsightScaler, plan, args.bound_window_s, spec.provisioning_s)
-    elif args.scaler == "planner" and args.planner_headroom is not None:
-        scaler = partial(
-            PlannerScaler.build, policy, spec, sim_config(headroom=args.planner_headroom)
-        )
     else:
-        scaler = SCALERS[args.scaler](policy, spec)
+        planner = sim_config(headroom=args.planner_headroom)
+        scaler = SCALERS[args.scaler](policy, spec, planner)
     total = len(work.arrival_s) * len(names)
     bar = None if args.no_progress or total < _LONG_RUN else ProgressBar(total)
     cmp = compare(
@@ -314,9 +313,7 @@ def run(args: argparse.Namespace) -> int:
         "warmup_s": args.warmup_s,
         "tick_s": args.tick_s,
         "scaler": args.scaler,
-        "planner_headroom": (
-            (args.planner_headroom or sim_config().headroom) if args.scaler == "planner" else None
-        ),
+        "planner_headroom": args.planner_headroom if args.scaler == "planner" else None,
         "bound_window_s": args.bound_window_s,
         "bound_block_s": args.bound_block_s,
         "variant": args.variant,
