@@ -1,8 +1,9 @@
 """Side-by-side benchmark: one simulated engine, called directly and through one worker each
-of skyroute, the floor (a bare aiohttp proxy with no features), the Portkey gateway
+of skyroute, the floor (a bare aiohttp proxy with no features), the same proxy behind
+uvicorn (``bare-asgi``: the ASGI front door skyroute runs on, alone), the Portkey gateway
 (Node.js) and the LiteLLM proxy, at the same concurrency and request mix.
 
-    python loadtests/bench_peers.py [--quick] [--peers bare,portkey,litellm] [--pin]
+    python loadtests/bench_peers.py [--quick] [--peers bare,bare-asgi,portkey,litellm] [--pin]
         [--ports engine=9001,skyroute=9002] [--skyroute-workers N] [--json out.json]
 
 Everything runs on 127.0.0.1. The engine answers at once (``--time-scale 0``), so what is
@@ -275,6 +276,14 @@ def start_targets(
         bare_url = f"http://127.0.0.1:{port['bare']}"
         procs.wait_ready("bare", bare_url + "/health", 30, b"ok")
         targets.append(Target("bare", bare_url, {}, UPSTREAM_MODEL, bare))
+
+    if "bare-asgi" in args.peers:
+        asgi_cmd = [sys.executable, str(ROOT / "loadtests" / "peer_bare_asgi.py"),
+                    "--port", str(port["bare-asgi"]), "--upstream", engine_url]  # fmt: skip
+        asgi = procs.start("bare-asgi", asgi_cmd, args.src, base_env)
+        asgi_url = f"http://127.0.0.1:{port['bare-asgi']}"
+        procs.wait_ready("bare-asgi", asgi_url + "/health", 30, b"ok")
+        targets.append(Target("bare-asgi", asgi_url, {}, UPSTREAM_MODEL, asgi))
 
     policy, api_key = tmp / "policy.yaml", f"sk-bench-{secrets.token_urlsafe(16)}"
     write_policy(policy, [engine_url])

@@ -15,7 +15,7 @@ from loadtests.peer_litellm import LITELLM_VERSION
 from loadtests.peer_portkey import PORTKEY_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
-PEERS = ("bare", "portkey", "litellm")
+PEERS = ("bare", "bare-asgi", "portkey", "litellm")
 PORT_NAMES = {"engine", "redis", "skyroute", *PEERS}
 
 
@@ -29,7 +29,7 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="short run (CI smoke)")
     parser.add_argument("--peers", type=lambda s: [x for x in s.split(",") if x],
                         default=list(PEERS),
-                        help="comma-separated, of bare,portkey,litellm (default all)")  # fmt: skip
+                        help=f"comma-separated, of {','.join(PEERS)} (default all)")  # fmt: skip
     parser.add_argument("--skip-litellm", action="store_true", help="leave LiteLLM out")
     parser.add_argument("--litellm-version", default=LITELLM_VERSION)
     parser.add_argument("--litellm-venv", type=Path, default=ROOT / ".bench-venvs" / "litellm")

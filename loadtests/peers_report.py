@@ -14,14 +14,14 @@ from dataclasses import dataclass
 FLOOR = "bare"
 FLOOR_RATIO_TARGET = 1.3  # issue 19: skyroute CPU/request <= 1.3 x the bare proxy's
 TARGET_RPS_RATIO = 20.0  # issue 9: skyroute >= 20x LiteLLM's req/s per worker
-GATEWAYS = ("bare", "skyroute", "portkey", "litellm")
+GATEWAYS = ("bare", "bare-asgi", "skyroute", "portkey", "litellm")
 
 
 @dataclass
 class Row:
     mode: str  # nonstream | stream
     concurrency: int
-    target: str  # direct | bare | skyroute | portkey | litellm
+    target: str  # direct | bare | bare-asgi | skyroute | portkey | litellm
     requests: int
     errors: int
     seconds: float

@@ -1,7 +1,7 @@
 """Smoke tests of the side-by-side benchmark.
 
-The default suite runs it --quick with the engine direct, the bare aiohttp proxy (the floor)
-and skyroute. The run with the LiteLLM proxy and the Portkey gateway installs them into
+The default suite runs it --quick with the engine direct, the bare aiohttp proxy (the floor),
+the same proxy behind uvicorn (bare-asgi) and skyroute. The run with the LiteLLM proxy and the Portkey gateway installs them into
 .bench-venvs on first use (about a minute from PyPI and npm), so it is marked ``peers`` and
 left out of the default suite (``scripts/test -m peers`` runs it). Numbers are never
 asserted: the benchmark prints them.
@@ -27,15 +27,15 @@ def test_quick_benchmark_drives_direct_the_floor_and_skyroute_without_errors(
 ) -> None:
     out = tmp_path / "peers.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "loadtests" / "bench_peers.py"), "--quick", "--peers", "bare",
-         "--duration", "1", "--json", out],
+        [sys.executable, str(ROOT / "loadtests" / "bench_peers.py"), "--quick", "--peers",
+         "bare,bare-asgi", "--duration", "1", "--json", out],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
     data = json.loads(out.read_text())
     seen = {(r["mode"], r["target"]) for r in data["results"]}
     assert seen == {(m, t) for m in ("nonstream", "stream")
-                    for t in ("direct", "bare", "skyroute")}  # fmt: skip
+                    for t in ("direct", "bare", "bare-asgi", "skyroute")}  # fmt: skip
     for r in data["results"]:
         assert r["requests"] > 0 and r["errors"] == 0, r
         # The load generator's column is this process alone, not the proxies added in.
@@ -44,6 +44,7 @@ def test_quick_benchmark_drives_direct_the_floor_and_skyroute_without_errors(
         cell = data["floor_summary"][f"{mode}/c=8"]
         assert cell["bare"]["cpu_x_floor"] == 1.0
         assert cell["skyroute"]["cpu_ms_per_req"] > 0
+        assert cell["bare-asgi"]["cpu_ms_per_req"] > 0
     assert "the bare proxy's" in proc.stdout
 
 
@@ -57,7 +58,7 @@ def test_quick_benchmark_drives_every_peer_pinned_without_errors(tmp_path: Path)
     )  # fmt: skip
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
     data = json.loads(out.read_text())
-    targets = ("direct", "bare", "skyroute", "portkey", "litellm")
+    targets = ("direct", "bare", "bare-asgi", "skyroute", "portkey", "litellm")
     seen = {(r["mode"], r["target"]) for r in data["results"]}
     assert seen == {(m, t) for m in ("nonstream", "stream") for t in targets}
     for r in data["results"]:
