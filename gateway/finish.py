@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from adapters.upstream import UpstreamTimeouts
 from base.errors import UpstreamError
+from base.log_fields import log_fields
 from gateway.decisions import Decision, DecisionLog
 from gateway.metrics import GatewayMetrics
 from gateway.replicas import ReplicaPick
@@ -162,25 +163,25 @@ class RequestFinisher:
                 output_tokens=completion,
             )  # fmt: skip
         if access_log.isEnabledFor(logging.INFO):
-            access_log.info(
+            log_fields(
+                access_log,
+                logging.INFO,
                 "request",
-                extra={
-                    "fields": {
-                        "request_id": ctx.request_id,
-                        "tenant": ctx.tenant,
-                        "model": route.model,
-                        "slo_class": route.slo_class,
-                        "pool": pool.id if pool else None,
-                        "provider": pool.provider if pool else None,
-                        "region": pool.location if pool else None,
-                        "status": status,
-                        "attempts": attempt.number if attempt else 0,
-                        "prompt_tokens": prompt,
-                        "completion_tokens": completion,
-                        "cost_usd": round(cost_usd, 9),
-                        "latency_ms": round(latency_ms, 3),
-                        "ttft_ms": round(ttft_ms, 3) if ttft_ms is not None else None,
-                    }
+                {
+                    "request_id": ctx.request_id,
+                    "tenant": ctx.tenant,
+                    "model": route.model,
+                    "slo_class": route.slo_class,
+                    "pool": pool.id if pool else None,
+                    "provider": pool.provider if pool else None,
+                    "region": pool.location if pool else None,
+                    "status": status,
+                    "attempts": attempt.number if attempt else 0,
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "cost_usd": round(cost_usd, 9),
+                    "latency_ms": round(latency_ms, 3),
+                    "ttft_ms": round(ttft_ms, 3) if ttft_ms is not None else None,
                 },
             )
         if ctx.trace is not NOOP:

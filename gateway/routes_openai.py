@@ -24,6 +24,7 @@ from base.errors import (
     PermissionDenied,
     SkyrouteError,
 )
+from base.log_fields import log_fields
 from gateway import http_errors
 from gateway.access import Caller, bearer_digest
 from gateway.context import Gateway
@@ -150,7 +151,7 @@ def openai_routes(gw: Gateway) -> list[Route]:
                 "http_status": http_errors.status_of(exc),
                 "latency_ms": round((time.perf_counter() - received) * 1000.0, 3),
             }
-            access_log.info("request", extra={"fields": fields})
+            log_fields(access_log, logging.INFO, "request", fields)
 
     async def handle(request: Request, operation: Operation, path: str) -> Response:
         received = time.perf_counter()

@@ -6,7 +6,9 @@ Builds the access line ``gateway.finish`` writes for every request (the same fie
 new request id each time, as in production), and times, with ``time.process_time``:
 formatting it with ``skyroute.logs.JsonFormatter``, once with the redaction's memory of
 clean strings and once with the secret pattern run on every string as before; then the
-whole ``logger.info`` call through ``skyroute.logs.configure``'s handler to /dev/null.
+whole ``logger.info`` call through ``skyroute.logs.configure``'s handler to /dev/null, and
+``base.log_fields.log_fields`` (what the gateway calls: the fields handed to that handler
+with no ``LogRecord``, written in batches).
 A micro-benchmark of one code path on one thread: it does not drift like a whole
 gateway's CPU per request does (``bench_ab.py``). Numbers only: nothing is asserted.
 """
@@ -14,6 +16,7 @@ gateway's CPU per request does (``bench_ab.py``). Numbers only: nothing is asser
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
@@ -25,6 +28,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+from base.log_fields import log_fields  # noqa: E402
 from skyroute import logs  # noqa: E402
 
 
@@ -82,12 +86,21 @@ def main() -> None:
                 log.info("request", extra={"fields": fields(n)})
 
             whole = per_line_us(args.lines, log_line)
+
+            def fields_line(n: int) -> None:
+                log_fields(log, logging.INFO, "request", fields(n))
+
+            async def on_a_loop() -> float:  # as in the gateway: lines batched
+                return per_line_us(args.lines, fields_line)
+
+            direct = asyncio.run(on_a_loop())
         finally:
             sys.stderr = saved
     print(f"access line, {args.lines} lines x 3, best run:")
     print(f"  JsonFormatter.format, pattern on every string: {pattern_only:6.2f} us")
     print(f"  JsonFormatter.format, clean strings remembered: {remembered:6.2f} us")
     print(f"  logger.info to /dev/null (record, format, write): {whole:6.2f} us")
+    print(f"  log_fields to /dev/null (no record, batched writes): {direct:6.2f} us")
 
 
 if __name__ == "__main__":

@@ -2,15 +2,25 @@
 
 Secrets are never passed to loggers; as a second line of defence, anything that looks
 like a bearer token or an ``sk-`` key is masked before a line is written.
+
+JSON lines go through ``JsonLinesHandler``, which also takes the access log's lines as
+fields (``base.log_fields``) and writes them in batches.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import sys
+import time
+from collections.abc import Mapping
+from typing import TextIO
 
 import orjson
+
+from base.log_fields import FieldsHandler
 
 # Shapes of secrets that must never reach a log line, whichever field carries them.
 _SECRETS = (
@@ -48,23 +58,89 @@ def redact(text: str) -> str:
     return out
 
 
+def _json_line(
+    created: float, level: str, name: str, msg: str, fields: object, exc: str | None = None
+) -> str:
+    out: dict[str, object] = {"ts": round(created, 3), "level": level, "logger": name,
+                              "msg": redact(msg)}  # fmt: skip
+    if isinstance(fields, Mapping):
+        # Structured fields can carry client-sent values (a request id): mask them too.
+        out.update({k: redact(v) if isinstance(v, str) else v for k, v in fields.items()})
+    if exc is not None:
+        out["exc"] = redact(exc)
+    return orjson.dumps(out, default=str).decode()
+
+
 class JsonFormatter(logging.Formatter):
-    """Formats a record as one JSON object: ts, level, logger, msg (+ exc)."""
+    """Formats a record as one JSON object: ts, level, logger, msg, the record's
+    ``fields`` (+ exc)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, object] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": redact(record.getMessage()),
-        }
+        exc = self.formatException(record.exc_info) if record.exc_info else None
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            # Structured fields can carry client-sent values (a request id): mask them too.
-            out.update({k: redact(v) if isinstance(v, str) else v for k, v in fields.items()})
-        if record.exc_info:
-            out["exc"] = redact(self.formatException(record.exc_info))
-        return orjson.dumps(out).decode()
+        return _json_line(record.created, record.levelname, record.name,
+                          record.getMessage(), fields, exc)  # fmt: skip
+
+
+class JsonLinesHandler(logging.StreamHandler[TextIO], FieldsHandler):
+    """JSON lines on ``stream``: records one by one as they come, as ``StreamHandler``
+    writes them; lines given as fields (``emit_fields``: the access log) held and written
+    together, once ``max_lines`` are held or the first has waited ``max_delay_s`` (nginx's
+    ``access_log ... buffer= flush=``). A record written meanwhile writes the held lines
+    first, so the stream keeps the order of the calls; ``flush()``, which
+    ``logging.shutdown`` calls at exit, writes them too. A process killed outright loses
+    at most the lines held: ``max_lines``, ``max_delay_s`` old.
+
+    The delay is timed on the running event loop of the thread that holds the first
+    line; a thread with no event loop writes its lines at once.
+    """
+
+    def __init__(self, stream: TextIO, max_lines: int = 64, max_delay_s: float = 0.25) -> None:
+        super().__init__(stream)
+        self.setFormatter(JsonFormatter())
+        self.max_lines = max_lines
+        self.max_delay_s = max_delay_s
+        self._held: list[str] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def emit_fields(self, name: str, level: int, msg: str, fields: Mapping[str, object]) -> None:
+        line = _json_line(time.time(), logging.getLevelName(level), name, msg, fields)
+        with self.lock:  # type: ignore[union-attr]
+            self._held.append(line)
+            if len(self._held) >= self.max_lines:
+                self._write_held()
+            elif self._timer is None:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    self._write_held()
+                    return
+                self._timer = loop.call_later(self.max_delay_s, self._on_timer)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write_held()
+        super().emit(record)
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write_held()
+        super().flush()
+
+    def _on_timer(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._timer = None
+            self._write_held()
+
+    def _write_held(self) -> None:
+        if not self._held:
+            return
+        text = "\n".join(self._held) + "\n"
+        self._held.clear()
+        # A closed or broken stream loses these lines, as it would lose a record's.
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.write(text)
+            self.stream.flush()
 
 
 class TextFormatter(logging.Formatter):
@@ -85,10 +161,16 @@ def _text(value: object) -> str:
 
 
 def configure(level: str = "INFO", json: bool = True) -> None:
-    """Configure the root logger once, in an entry point."""
-    handler = logging.StreamHandler(sys.stderr)
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    handler.setFormatter(JsonFormatter() if json else TextFormatter(fmt))
+    """Configure the root logger once, in an entry point: JSON lines on stderr
+    (``JsonLinesHandler``), or text. Lines held by a handler it replaces are written."""
+    handler: logging.Handler
+    if json:
+        handler = JsonLinesHandler(sys.stderr)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    for old in root.handlers:
+        old.flush()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
