@@ -8,7 +8,10 @@ request. ``EventStreamResponse`` keeps the behaviour with one plain asyncio task
 waits for ``http.disconnect`` and cancels the sending task at once, so the relay's
 ``finally`` runs (the upstream request is closed, the engine frees its slot, the usage
 record says ``client_disconnected``) even while it waits for an engine that has gone
-quiet.
+quiet. Like the unary path's watch (``gateway.fast_paths``), that task starts only once a
+stream has run ``WATCH_AFTER_S``: most streams of a fast engine end before then, and a
+timer is nearly free where a task, its cancellation and its callback are not. A client
+gone earlier is seen when the watch starts.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import asyncio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["EventStreamResponse"]
+__all__ = ["WATCH_AFTER_S", "EventStreamResponse"]
+
+# A request still running after this long starts watching for its client's disconnect.
+WATCH_AFTER_S = 0.05
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -36,8 +42,9 @@ class EventStreamResponse(StreamingResponse):
         if scope["type"] != "http" or sender is None:
             await super().__call__(scope, receive, send)
             return
-        watcher = asyncio.ensure_future(_disconnected(receive))
+        loop = asyncio.get_running_loop()
         streaming, left = True, False
+        watchers: list[asyncio.Task[None]] = []
 
         def on_disconnect(task: asyncio.Future[None]) -> None:
             nonlocal left
@@ -47,7 +54,12 @@ class EventStreamResponse(StreamingResponse):
                 left = True
                 sender.cancel()
 
-        watcher.add_done_callback(on_disconnect)
+        def watch() -> None:
+            watcher = loop.create_task(_disconnected(receive))
+            watcher.add_done_callback(on_disconnect)
+            watchers.append(watcher)
+
+        timer = loop.call_later(WATCH_AFTER_S, watch)
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
@@ -60,6 +72,8 @@ class EventStreamResponse(StreamingResponse):
                 await aclose()
         finally:
             streaming = False
-            watcher.cancel()
+            timer.cancel()
+            for watcher in watchers:
+                watcher.cancel()
         if self.background is not None:
             await self.background()

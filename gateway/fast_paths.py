@@ -24,11 +24,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from base.errors import SkyrouteError
 from gateway import http_errors
+from gateway.event_stream import WATCH_AFTER_S
 
 logger = logging.getLogger(__name__)
 
-# A request still running after this long starts watching for its client's disconnect.
-_WATCH_AFTER_S = 0.05
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -83,7 +82,7 @@ def endpoint(handler: Handler) -> ASGIApp:
 
         # Most answers are done before a watcher could matter; a timer is nearly free
         # where a task per request is not, so the watch starts only on slower ones.
-        timer = loop.call_later(_WATCH_AFTER_S, watch)
+        timer = loop.call_later(WATCH_AFTER_S, watch)
         try:
             response = await handler(request)
         except asyncio.CancelledError:
