@@ -75,10 +75,12 @@ class Attempt:
             routing.connect_timeout_ms / 1000, self.first_byte_s, routing.idle_timeout_ms / 1000
         )
 
-    def response_headers(self, cost: float) -> dict[str, str]:
-        """The ``x-skyroute-*`` headers of the client's response (``cost`` in USD)."""
+    def response_headers(self, cost: float, request_id: str) -> dict[str, str]:
+        """The ``x-skyroute-*`` and ``x-request-id`` headers of the client's response
+        (``cost`` in USD)."""
         pool = self.pool
         return {
+            "x-request-id": request_id,
             "x-skyroute-pool": pool.id,
             "x-skyroute-provider": pool.provider,
             "x-skyroute-region": pool.region,

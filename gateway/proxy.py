@@ -340,7 +340,7 @@ class Forwarder:
                 body,
                 status_code=resp.status,
                 media_type=_JSON,
-                headers=attempt.response_headers(0.0),
+                headers=attempt.response_headers(0.0, ctx.request_id),
             )
         try:
             prompt, completion, model = checked_usage(body, parsed.operation, pool_id)
@@ -372,7 +372,9 @@ class Forwarder:
             response_model=model,
         )
         body = ModelRenamer(attempt.pool.upstream_model, route.model)(body)
-        return Response(body, media_type=_JSON, headers=attempt.response_headers(cost))
+        return Response(
+            body, media_type=_JSON, headers=attempt.response_headers(cost, ctx.request_id)
+        )
 
     async def _stream(
         self,
@@ -403,7 +405,7 @@ class Forwarder:
                 body,
                 status_code=resp.status,
                 media_type=_JSON,
-                headers=attempt.response_headers(0.0),
+                headers=attempt.response_headers(0.0, ctx.request_id),
             )
         chunks = resp.iter_chunks()
         watch = StreamWatch()
@@ -440,5 +442,5 @@ class Forwarder:
         return EventStreamResponse(
             body_iter,
             media_type="text/event-stream",
-            headers={**_SSE_HEADERS, **attempt.response_headers(est_cost)},
+            headers={**_SSE_HEADERS, **attempt.response_headers(est_cost, ctx.request_id)},
         )

@@ -197,10 +197,10 @@ def openai_routes(gw: Gateway) -> list[Route]:
         # From here on the forwarder ends the trace, with the request (streams included).
         if parsed.n > 1 and parsed.model in gw.state.policy.fan_out_n:
             response = await fan_out(gw.forwarder, parsed, route, path, upstream_headers, ctx)
-        else:
-            response = await gw.forwarder.forward(parsed, route, path, upstream_headers, ctx)
-        response.headers["x-request-id"] = request_id
-        return response
+            response.headers["x-request-id"] = request_id
+            return response
+        # The forwarder's answers carry the request id from their construction.
+        return await gw.forwarder.forward(parsed, route, path, upstream_headers, ctx)
 
     async def chat_completions(request: Request) -> Response:
         return await handle(request, Operation.CHAT, "/v1/chat/completions")

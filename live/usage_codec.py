@@ -3,7 +3,8 @@
 A gateway flush writes ONE stream entry holding all of its records, as a compact JSON
 array of arrays (``RECORDS_FIELD``), instead of one 11-field entry per request: Redis
 client CPU per record drops from ~23 µs (an XADD of 11 fields each) to ~1 µs (one
-``json.dumps`` of a list), and the consumer reads and acknowledges one entry per flush.
+``orjson.dumps`` of a list), and the consumer reads and acknowledges one entry per
+flush.
 
 Entries of the older layout (one record whose fields are the entry's fields) are still
 read, so a stream written by an older gateway drains into the ledger unchanged.
@@ -11,9 +12,10 @@ read, so a stream written by an older gateway drains into the ledger unchanged.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 if TYPE_CHECKING:  # access_table imports this module
     from live.access_table import UsageRecord
@@ -34,7 +36,7 @@ def encode(records: Iterable[UsageRecord]) -> dict[str, str]:
          r.prompt_tokens, r.completion_tokens, r.cost_nusd, r.status, r.uid]
         for r in records
     ]  # fmt: skip
-    return {RECORDS_FIELD: json.dumps(rows, separators=(",", ":"))}
+    return {RECORDS_FIELD: orjson.dumps(rows).decode()}
 
 
 def is_batch(fields: Mapping[str, str]) -> bool:
@@ -53,8 +55,8 @@ def decode(fields: Mapping[str, str]) -> list[dict[str, str]]:
     if blob is None:
         return [dict(fields)]
     try:
-        rows: Any = json.loads(blob)
-    except json.JSONDecodeError as exc:
+        rows: Any = orjson.loads(blob)
+    except orjson.JSONDecodeError as exc:
         raise ValueError(f"usage batch is not JSON: {exc}") from exc
     if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
         raise ValueError("usage batch is not an array of arrays")

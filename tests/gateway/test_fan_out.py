@@ -84,7 +84,11 @@ def fanning(
 
 
 def test_n_is_fanned_out_and_merged_for_an_engine_without_n(fanning: openai.OpenAI) -> None:
-    answer = fanning.chat.completions.create(model=CHAT, messages=MESSAGES, max_tokens=3, n=3)  # type: ignore[arg-type]
+    raw = fanning.chat.completions.with_raw_response.create(
+        model=CHAT, messages=MESSAGES, max_tokens=3, n=3, extra_headers={"x-request-id": "fan-1"}
+    )  # type: ignore[arg-type]
+    assert raw.headers["x-request-id"] == "fan-1"
+    answer = raw.parse()
     assert [c.index for c in answer.choices] == [0, 1, 2]
     assert all(c.message.content for c in answer.choices)
     assert answer.model == CHAT

@@ -13,6 +13,7 @@ HEADERS = (
     "x-skyroute-region",
     "x-skyroute-attempts",
     "x-skyroute-cost-usd",
+    "x-request-id",
 )
 MESSAGES = [{"role": "user", "content": "Say hello to the multi-cloud fleet."}]
 
@@ -37,7 +38,7 @@ def test_streaming_chat_completion_yields_every_token(module_client: openai.Open
         max_tokens=5,
         stream=True,  # type: ignore[arg-type]
     ) as raw:
-        assert raw.headers["x-skyroute-pool"]
+        assert raw.headers["x-skyroute-pool"] and len(raw.headers["x-request-id"]) == 32
         chunks = list(raw.parse())
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(text.split()) == 5
@@ -80,3 +81,10 @@ def test_the_answer_names_the_model_the_client_asked_for(module_client: openai.O
         model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=True
     ))  # fmt: skip
     assert chunks and {c.model for c in chunks} == {CHAT}
+
+
+def test_a_request_id_sent_is_the_one_answered(module_client: openai.OpenAI) -> None:
+    raw = module_client.chat.completions.with_raw_response.create(
+        model=CHAT, messages=MESSAGES, max_tokens=2, extra_headers={"x-request-id": "rid-42"}
+    )  # type: ignore[arg-type]
+    assert raw.headers["x-request-id"] == "rid-42"
