@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from gateway.loop_metrics import LoopMetrics
 from router.scoring import RouteRequest
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -26,45 +27,39 @@ class GatewayMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "skyroute_requests_total",
-            "Routed requests by outcome.",
+        # The metrics every request updates: lock-free, on the event loop's thread.
+        hot = LoopMetrics(r)
+        self.requests = hot.counter(
+            "skyroute_requests_total", "Routed requests by outcome.",
             ("model", "pool", "status", "slo_class"),
-            registry=r,
-        )
-        self.request_seconds = Histogram(
+        )  # fmt: skip
+        self.request_seconds = hot.histogram(
             "skyroute_request_duration_seconds",
-            "Time of routed requests in the gateway, end to end.",
-            ("model",),
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.overhead_seconds = Histogram(
+            "Time of routed requests in the gateway, end to end.", ("model",), _LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.overhead_seconds = hot.histogram(
             "skyroute_gateway_overhead_seconds",
-            "Time the gateway itself spends before forwarding a request.",
-            buckets=_OVERHEAD_BUCKETS,
-            registry=r,
-        )
-        self.ttft_seconds = Histogram(
+            "Time the gateway itself spends before forwarding a request.", (), _OVERHEAD_BUCKETS,
+        )  # fmt: skip
+        self.ttft_seconds = hot.histogram(
             "skyroute_ttft_seconds", "Time to first token through the gateway.", ("model",),
-            buckets=_LATENCY_BUCKETS, registry=r,
+            _LATENCY_BUCKETS,
         )  # fmt: skip
-        self.tpot_seconds = Histogram(
+        self.tpot_seconds = hot.histogram(
             "skyroute_tpot_seconds", "Time per output token after the first.", ("model",),
-            buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0), registry=r,
+            (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0),
         )  # fmt: skip
-        self.slo_requests = Counter(
+        self.slo_requests = hot.counter(
             "skyroute_slo_requests_total", "Finished requests by whether they met their SLO class.",
-            ("model", "slo_class", "met"), registry=r,
+            ("model", "slo_class", "met"),
         )  # fmt: skip
-        self.goodput_tokens = Counter(
+        self.goodput_tokens = hot.counter(
             "skyroute_goodput_tokens_total", "Output tokens of requests that met their SLO.",
-            ("model",), registry=r,
+            ("model",),
         )  # fmt: skip
-        self.route_decisions = Counter(
-            "skyroute_route_decisions_total", "Routing decisions by reason.", ("model", "reason"),
-            registry=r,
-        )  # fmt: skip
+        self.route_decisions = hot.counter(
+            "skyroute_route_decisions_total", "Routing decisions by reason.", ("model", "reason")
+        )
         self.failovers = Counter(
             "skyroute_failovers_total",
             "Attempts on a second or later pool.",
@@ -195,17 +190,16 @@ class GatewayMetrics:
     ) -> None:
         """Count one finished request: outcome, end-to-end time, TTFT/TPOT when measured,
         and whether it met its SLO class (goodput counts only the tokens of those)."""
-        model = route.model
-        self.child(self.requests, model, pool_id, status, route.slo_class).inc()
-        self.child(self.request_seconds, model).observe(latency_ms / 1000.0)
+        model = (route.model,)
+        self.requests.inc((route.model, pool_id, status, route.slo_class))
+        self.request_seconds.observe(model, latency_ms / 1000.0)
         if ttft_ms is not None:
-            self.child(self.ttft_seconds, model).observe(ttft_ms / 1000.0)
+            self.ttft_seconds.observe(model, ttft_ms / 1000.0)
         if tpot_ms is not None:
-            self.child(self.tpot_seconds, model).observe(tpot_ms / 1000.0)
-        met = "true" if slo_met else "false"
-        self.child(self.slo_requests, model, route.slo_class, met).inc()
+            self.tpot_seconds.observe(model, tpot_ms / 1000.0)
+        self.slo_requests.inc((route.model, route.slo_class, "true" if slo_met else "false"))
         if slo_met:
-            self.child(self.goodput_tokens, model).inc(output_tokens)
+            self.goodput_tokens.inc(model, output_tokens)
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, remembered: prometheus_client takes a lock and

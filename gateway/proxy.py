@@ -131,7 +131,7 @@ class Forwarder:
                 if active.similarity is not None and not parsed.stream:
                     stable_answer = asyncio.get_running_loop().create_future()
                 self.shadow.mirror(parsed, route, active, path, stable_answer)
-        self.metrics.child(self.metrics.route_decisions, route.model, ranking.reason).inc()
+        self.metrics.route_decisions.inc((route.model, ranking.reason))
         if traced:
             route_span.set(
                 {
@@ -211,7 +211,7 @@ class Forwarder:
                 if number > 1:
                     self.metrics.failovers.labels(model=route.model).inc()
                 else:
-                    self.metrics.overhead_seconds.observe(time.perf_counter() - ctx.received_at)
+                    self.metrics.overhead_seconds.observe((), time.perf_counter() - ctx.received_at)
                 return self._attempt(parsed, attempt, attempt_headers, route, ctx, retry)
             return None
 
