@@ -269,21 +269,16 @@ def start_targets(
     procs.wait_ready("engine", engine_url + "/health", 30, b"")
     targets = [Target("direct", engine_url, {}, UPSTREAM_MODEL, None)]
 
-    if "bare" in args.peers:
-        bare_cmd = [sys.executable, str(ROOT / "loadtests" / "peer_bare.py"),
-                    "--port", str(port["bare"]), "--upstream", engine_url]  # fmt: skip
-        bare = procs.start("bare", bare_cmd, args.src, base_env)
-        bare_url = f"http://127.0.0.1:{port['bare']}"
-        procs.wait_ready("bare", bare_url + "/health", 30, b"ok")
-        targets.append(Target("bare", bare_url, {}, UPSTREAM_MODEL, bare))
-
-    if "bare-asgi" in args.peers:
-        asgi_cmd = [sys.executable, str(ROOT / "loadtests" / "peer_bare_asgi.py"),
-                    "--port", str(port["bare-asgi"]), "--upstream", engine_url]  # fmt: skip
-        asgi = procs.start("bare-asgi", asgi_cmd, args.src, base_env)
-        asgi_url = f"http://127.0.0.1:{port['bare-asgi']}"
-        procs.wait_ready("bare-asgi", asgi_url + "/health", 30, b"ok")
-        targets.append(Target("bare-asgi", asgi_url, {}, UPSTREAM_MODEL, asgi))
+    # The floor and the same proxy behind uvicorn: one script each, same arguments.
+    for name, script in (("bare", "peer_bare.py"), ("bare-asgi", "peer_bare_asgi.py")):
+        if name not in args.peers:
+            continue
+        cmd = [sys.executable, str(ROOT / "loadtests" / script),
+               "--port", str(port[name]), "--upstream", engine_url]  # fmt: skip
+        proc = procs.start(name, cmd, args.src, base_env)
+        url = f"http://127.0.0.1:{port[name]}"
+        procs.wait_ready(name, url + "/health", 30, b"ok")
+        targets.append(Target(name, url, {}, UPSTREAM_MODEL, proc))
 
     policy, api_key = tmp / "policy.yaml", f"sk-bench-{secrets.token_urlsafe(16)}"
     write_policy(policy, [engine_url])

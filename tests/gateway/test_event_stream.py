@@ -48,12 +48,19 @@ def _quiet_stream(closed: asyncio.Event, first_sent: asyncio.Event) -> AsyncIter
     return events()
 
 
-@run_async
-async def test_a_client_gone_while_the_engine_is_quiet_ends_the_relay() -> None:
+async def _relaying() -> tuple[Client, asyncio.Event, asyncio.Future[None]]:
+    """A response relaying a quiet stream, its first event sent: the client, the
+    stream's ``closed`` event and the response's call."""
     client, closed, first = Client(), asyncio.Event(), asyncio.Event()
     response = EventStreamResponse(_quiet_stream(closed, first), media_type="text/event-stream")
     call = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
     await first.wait()
+    return client, closed, call
+
+
+@run_async
+async def test_a_client_gone_while_the_engine_is_quiet_ends_the_relay() -> None:
+    client, closed, call = await _relaying()
     client.leave.set()
     await asyncio.wait_for(call, BOUND_S)  # returns normally: the client left
     assert closed.is_set()
@@ -62,10 +69,7 @@ async def test_a_client_gone_while_the_engine_is_quiet_ends_the_relay() -> None:
 
 @run_async
 async def test_a_shutdown_cancels_through_it() -> None:
-    client, closed, first = Client(), asyncio.Event(), asyncio.Event()
-    response = EventStreamResponse(_quiet_stream(closed, first), media_type="text/event-stream")
-    call = asyncio.ensure_future(response(SCOPE, client.receive, client.send))
-    await first.wait()
+    _, _, call = await _relaying()
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
