@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 
 import orjson
 
-# A JSON key '"error":' can only appear unescaped as a key, never inside generated text
+# A JSON key '"error"' can only appear unescaped as a key, never inside generated text
 # (where quotes are escaped), so a byte search finds candidate events without parsing.
-_ERROR_KEYS = (b'"error":', b'"error" :')
-_USAGE_KEYS = (b'"usage":{', b'"usage": {')
-_KEYS = _USAGE_KEYS + _ERROR_KEYS
+# Each key is searched once, then what follows it is checked: the key, then the byte
+# that must come next (after at most one space). ``"usage": null``, which some engines
+# put in every chunk, is not a candidate: only ``"usage": {`` is.
+_KEYS = ((b'"usage":', b"{"), (b'"error"', b":"))
 
 
 @dataclass
@@ -49,14 +50,20 @@ class StreamWatch:
         self.events += data.count(b"\ndata:", 0, cut) + data.startswith(b"data:")
         if data.startswith(b"data: [DONE]") or data.find(b"\ndata: [DONE]", 0, cut) >= 0:
             self.done = True
-        for key in _KEYS:
-            if data.find(key, 0, cut) >= 0:
-                break
-        else:
-            return
-        # Rare (the usage event, an error): parse the lines that may hold them.
-        for line in data[:cut].split(b"\n"):
-            if line.startswith(b"data:") and any(k in line for k in _KEYS):
+        # Few lines hold usage or an error (one usage event at the end of a stream):
+        # find them by their keys and parse those lines alone, in order, each once.
+        # Walking every line of a chunk in Python instead cost ~35 us a 16-token stream.
+        starts: set[int] = set()
+        for key, then in _KEYS:
+            at = data.find(key, 0, cut)
+            while at >= 0:
+                end = at + len(key)
+                if data[end : end + 2].lstrip().startswith(then):
+                    starts.add(data.rfind(b"\n", 0, at) + 1)
+                at = data.find(key, end, cut)
+        for start in sorted(starts):
+            line = data[start : data.find(b"\n", start, cut)]
+            if line.startswith(b"data:"):
                 self._parse(line[5:].strip())
 
     def _parse(self, data: bytes) -> None:

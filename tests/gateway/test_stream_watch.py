@@ -243,3 +243,12 @@ def test_any_chunking_finds_what_the_whole_stream_holds(seed: int) -> None:
     chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     watch = _fed(*chunks)
     assert (watch.events, watch.done, watch.completion_tokens, watch.error) == _by_lines(stream)
+
+
+def test_keys_spelled_with_a_space_before_their_value_are_found() -> None:
+    # Python's json.dumps (some engines' servers) writes ", " and ": " between items.
+    usage = b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}\n\n'
+    error = b'data: {"error" : {"message": "engine fell over"}}\n\n'
+    watch = _fed(_token("a") + usage + error)
+    assert (watch.prompt_tokens, watch.completion_tokens) == (3, 5)
+    assert watch.error == "engine fell over"
