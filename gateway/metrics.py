@@ -7,8 +7,6 @@ or a request id.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gateway.loop_metrics import LoopMetrics
@@ -16,9 +14,6 @@ from router.scoring import RouteRequest
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01)
-# Label values are bounded sets (models, pools, statuses), so the cache of children is
-# too; the cap only guards against a bug that would put an unbounded value in a label.
-_MAX_CHILDREN = 8192
 
 
 class GatewayMetrics:
@@ -94,7 +89,6 @@ class GatewayMetrics:
         )
         self.redis_errors = Counter("skyroute_redis_errors", "Failed Redis operations.", registry=r)
         self._redis_errors_seen = 0
-        self._children: dict[tuple[Any, ...], Any] = {}
         self.pool_transitions = Counter(
             "skyroute_pool_transitions_total",
             "Health state transitions applied by this replica.",
@@ -200,18 +194,6 @@ class GatewayMetrics:
         self.slo_requests.inc((route.model, route.slo_class, "true" if slo_met else "false"))
         if slo_met:
             self.goodput_tokens.inc(model, output_tokens)
-
-    def child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, remembered: prometheus_client takes a lock and
-        validates the labels on every ``labels()`` call, which the request path makes
-        several times per request."""
-        key = (metric, labels)
-        found = self._children.get(key)
-        if found is None:
-            found = metric.labels(*labels)
-            if len(self._children) < _MAX_CHILDREN:
-                self._children[key] = found
-        return found
 
     def sync_redis_errors(self, total: int) -> None:
         """Bring the Redis error counter up to ``total`` (counted by the sync loops)."""

@@ -72,11 +72,17 @@ def build_app(upstream: str) -> web.Application:
     return app
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def peer_args(doc: str) -> argparse.Namespace:
+    """A peer's command line (``--port``, ``--upstream``), described by the first
+    paragraph of its ``doc``; exits with a usage message on a bad option."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="engine base URL")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = peer_args(__doc__)
     web.run_app(
         build_app(args.upstream), host="127.0.0.1", port=args.port, access_log=None,
         print=None, loop=uvloop.new_event_loop(),

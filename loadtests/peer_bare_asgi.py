@@ -13,12 +13,19 @@ its features. Listens on 127.0.0.1.
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
+from pathlib import Path
 
 import aiohttp
 import uvicorn
 from starlette.types import Receive, Scope, Send
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:  # run as a script, from bench_peers.py
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.peer_bare import peer_args  # noqa: E402
 
 TIMEOUT_S = 30.0
 _JSON = [(b"content-type", b"application/json")]
@@ -91,10 +98,7 @@ async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[byte
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--upstream", required=True, help="engine base URL")
-    args = parser.parse_args()
+    args = peer_args(__doc__)
     uvicorn.run(
         BareAsgiProxy(args.upstream), host="127.0.0.1", port=args.port, loop="uvloop",
         http="httptools", lifespan="on", access_log=False, log_level="warning",

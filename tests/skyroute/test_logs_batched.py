@@ -17,6 +17,18 @@ KEY = "sk-proj-Ab12Cd34Ef56Gh78"
 FIELDS: dict[str, object] = {"request_id": "r-1", "status": "ok", "latency_ms": 1.5, "pool": None}
 
 
+class _Watched(io.StringIO):
+    """A stream that says when something was written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        self.written.set()
+        return super().write(text)
+
+
 def _lines(stream: io.StringIO) -> list[dict[str, object]]:
     return [orjson.loads(line) for line in stream.getvalue().splitlines()]
 
@@ -51,12 +63,12 @@ async def test_on_an_event_loop_lines_wait_for_the_batch_or_the_delay() -> None:
     handler.emit_fields("a", logging.INFO, "request", {"n": 2})
     assert [line["n"] for line in _lines(stream)] == [0, 1, 2]  # the batch is full
 
-    soon = JsonLinesHandler(stream, max_lines=100, max_delay_s=0.0)
+    watched = _Watched()
+    soon = JsonLinesHandler(watched, max_lines=100, max_delay_s=0.0)
     soon.emit_fields("a", logging.INFO, "request", {"n": 3})
-    assert len(_lines(stream)) == 3
-    for _ in range(3):  # a zero delay fires on the loop's next turns, whatever the clock
-        await asyncio.sleep(0)
-    assert [line["n"] for line in _lines(stream)] == [0, 1, 2, 3]
+    assert watched.getvalue() == ""  # held until the timer fires on the loop
+    await watched.written.wait()
+    assert [line["n"] for line in _lines(watched)] == [3]
 
 
 @run_async
