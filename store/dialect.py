@@ -18,10 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 def upsert_insert(conn: AsyncConnection, table: sa.Table) -> Any:
     """An INSERT on ``table`` offering ``on_conflict_do_nothing`` / ``on_conflict_do_update``
     and ``.excluded`` for the connection's database (PostgreSQL or SQLite)."""
-    if conn.dialect.name == "postgresql":
+    return upsert_insert_for(conn.dialect.name)(table)
+
+
+def upsert_insert_for(dialect: str) -> Any:
+    """The ``insert`` construct of ``dialect`` ("postgresql"; any other name: SQLite)."""
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert  # noqa: PLC0415 - see the module doc
 
-        return insert(table)
+        return insert
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert  # noqa: PLC0415
 
-    return sqlite_insert(table)
+    return sqlite_insert
