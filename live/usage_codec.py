@@ -44,6 +44,24 @@ def is_batch(fields: Mapping[str, str]) -> bool:
     return RECORDS_FIELD in fields
 
 
+def batch_rows(fields: Mapping[str, str]) -> list[list[Any]] | None:
+    """The records of a batch entry as they were encoded (values in ``FIELDS`` order,
+    numbers as numbers), or None for an entry of the older one-record layout. What the
+    ledger's consumer reads: no per-record dict, no number printed and parsed again.
+
+    Raises ValueError when the entry is not a JSON array of arrays."""
+    blob = fields.get(RECORDS_FIELD)
+    if blob is None:
+        return None
+    try:
+        rows: Any = orjson.loads(blob)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"usage batch is not JSON: {exc}") from exc
+    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+        raise ValueError("usage batch is not an array of arrays")
+    return rows
+
+
 def decode(fields: Mapping[str, str]) -> list[dict[str, str]]:
     """The records of one stream entry, each as ``{field name: text}`` with the names of
     ``FIELDS`` (an entry of the older layout is its own single record).
@@ -51,13 +69,7 @@ def decode(fields: Mapping[str, str]) -> list[dict[str, str]]:
     Raises ValueError when a batch entry is not a JSON array of arrays. A record with
     too few values yields a dict without the missing names: the caller decides whether
     a record is usable (``store.usage_rows``)."""
-    blob = fields.get(RECORDS_FIELD)
-    if blob is None:
+    rows = batch_rows(fields)
+    if rows is None:
         return [dict(fields)]
-    try:
-        rows: Any = orjson.loads(blob)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"usage batch is not JSON: {exc}") from exc
-    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
-        raise ValueError("usage batch is not an array of arrays")
     return [{name: str(value) for name, value in zip(FIELDS, row, strict=False)} for row in rows]

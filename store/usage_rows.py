@@ -6,8 +6,9 @@ No I/O here, so the consumer's accounting can be tested without Redis or a datab
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from live import usage_codec
 from live.access_table import period_ids
@@ -48,27 +49,54 @@ def idempotency_id(entry_id: str, request_id: str, index: int | None = None, uid
     return f"{entry_id}/{index}/{request_id}"
 
 
-def _row(entry_id: str, index: int | None, fields: Mapping[str, str]) -> LedgerRow:
-    # Raises KeyError or ValueError on a malformed entry.
-    ts_s = float(fields["ts"])
-    prompt, completion = int(fields["prompt_tokens"]), int(fields["completion_tokens"])
-    cost = int(fields["cost_nusd"])
-    if not math.isfinite(ts_s) or ts_s < 0 or min(prompt, completion, cost) < 0:
-        raise ValueError("negative or non-finite number")
-    request_id = fields.get("id", "")[:128]
+# Positions in a record (``usage_codec.FIELDS``) of the values after the first ten.
+_STATUS, _UID = 10, 11
+# Longest text kept of each text column, as the ledger's schema sizes them.
+_ID_MAX, _TENANT_MAX, _NAME_MAX, _PROVIDER_MAX, _STATUS_MAX = 128, 128, 256, 64, 32
+
+
+def _text(value: Any, limit: int) -> str:
+    if value is None:
+        return ""
+    return (value if type(value) is str else str(value))[:limit]
+
+
+def _count(value: Any) -> int:
+    # An int, or the text of one; 1.5, "1.5", true and null are malformed, as they were
+    # when every value went through str() first.
+    number = value if type(value) is int else int(str(value))
+    if number < 0:
+        raise ValueError("negative count")
+    return number
+
+
+def _row(entry_id: str, index: int | None, values: Sequence[Any]) -> LedgerRow:
+    # Raises KeyError, ValueError or TypeError on a malformed record. Runs once per
+    # served request in the consumer: values are unpacked once, no dict is built.
+    if len(values) < _STATUS:
+        raise KeyError("a required value is missing")
+    ts, request_id, tenant, model, pool, provider, region, prompt, completion, cost = values[:10]
+    if tenant is None or ts is None:
+        raise KeyError("no tenant or no time")
+    ts_s = float(ts) if type(ts) in (int, float) else float(str(ts))
+    if not math.isfinite(ts_s) or ts_s < 0:
+        raise ValueError("negative or non-finite time")
+    request_id = _text(request_id, _ID_MAX)
+    size = len(values)
+    uid = _text(values[_UID], _ID_MAX) if size > _UID else ""
     return LedgerRow(
-        idempotency_id=idempotency_id(entry_id, request_id, index, fields.get("uid", "")[:128]),
-        request_id=request_id,
-        tenant=fields["tenant"][:128],
-        model=fields.get("model", "")[:256],
-        pool=fields.get("pool", "")[:256],
-        provider=fields.get("provider", "")[:64],
-        region=fields.get("region", "")[:128],
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cost_nusd=cost,
-        status=fields.get("status", "")[:32],
-        ts_ms=round(ts_s * 1000),
+        idempotency_id(entry_id, request_id, index, uid),
+        request_id,
+        _text(tenant, _TENANT_MAX),
+        _text(model, _NAME_MAX),
+        _text(pool, _NAME_MAX),
+        _text(provider, _PROVIDER_MAX),
+        _text(region, _ID_MAX),
+        _count(prompt),
+        _count(completion),
+        _count(cost),
+        _text(values[_STATUS], _STATUS_MAX) if size > _STATUS else "",
+        round(ts_s * 1000),
     )
 
 
@@ -81,16 +109,20 @@ def to_batch(entries: Iterable[tuple[str, Mapping[str, str]]]) -> Batch:
     for entry_id, fields in entries:
         batch.entry_ids.append(entry_id)
         try:
-            records = usage_codec.decode(fields)
+            records = usage_codec.batch_rows(fields)
         except ValueError:
             batch.malformed.append(entry_id)
             continue
-        single = not usage_codec.is_batch(fields)
-        for index, record in enumerate(records):
+        if records is None:  # the older layout: the entry is one record, by field name
+            records = [[fields.get(name) for name in usage_codec.FIELDS]]
+            places: Iterable[int | None] = (None,)
+        else:
+            places = range(len(records))
+        for place, record in zip(places, records, strict=True):
             try:
-                row = _row(entry_id, None if single else index, record)
-            except (KeyError, ValueError):
-                batch.malformed.append(entry_id if single else f"{entry_id}#{index}")
+                row = _row(entry_id, place, record)
+            except (KeyError, ValueError, TypeError):
+                batch.malformed.append(entry_id if place is None else f"{entry_id}#{place}")
                 continue
             if row.idempotency_id not in seen:
                 seen.add(row.idempotency_id)

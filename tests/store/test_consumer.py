@@ -8,7 +8,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -259,7 +258,7 @@ async def test_a_malformed_record_in_a_flush_is_dropped_and_its_neighbours_writt
     def row_at(entry_id: str, place: int) -> LedgerRow:
         [row] = to_batch([(entry_id, {usage_codec.RECORDS_FIELD: json.dumps([good])})]).rows
         request_id = "req-1" if place == 0 else "req-x"
-        return replace(row, idempotency_id=f"{entry_id}/{place}/{request_id}")
+        return row._replace(idempotency_id=f"{entry_id}/{place}/{request_id}")
 
     async with opened(db_url) as store, access_tables(live_redis) as tables:
         added = await tables.redis.xadd(tables.key("usage"), {usage_codec.RECORDS_FIELD: blob})

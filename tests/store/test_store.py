@@ -82,6 +82,33 @@ async def test_writing_a_batch_twice_stores_and_spends_it_once(db_url: str) -> N
         assert await store.ledger.totals("acme", 0, TS_MS, "total") == {}
 
 
+@run_async
+async def test_rows_another_writer_stores_meanwhile_fail_the_batch_and_commit_nothing(
+    db_url: str,
+) -> None:
+    if not db_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL says which rows it inserted (RETURNING); nothing to race")
+    async with opened(db_url) as store:
+        # A trigger plays the other writer: storing row 1 stores row 2 as well, after
+        # the batch has looked its ids up and found neither.
+        async with store.engine.begin() as conn:
+            await conn.exec_driver_sql(
+                "CREATE TRIGGER other_writer AFTER INSERT ON usage_ledger"
+                " WHEN NEW.request_id = 'req1' BEGIN"
+                " INSERT INTO usage_ledger (idempotency_id, request_id, tenant, model, pool,"
+                " provider, region, prompt_tokens, completion_tokens, cost_nusd, status, ts_ms)"
+                f" VALUES ('2-0/req2', 'req2', 'acme', 'm', 'p', 'aws', 'r', 1, 1, 1, 'ok', {TS_MS});"
+                " END"
+            )
+        with pytest.raises(StoreError, match="another writer"):
+            await store.ledger.write([row(1), row(2)])
+        assert await store.ledger.count() == 0
+        assert await store.ledger.spend(period_ids(TS_MS / 1000)) == {}
+        async with store.engine.begin() as conn:
+            await conn.exec_driver_sql("DROP TRIGGER other_writer")
+        assert await store.ledger.write([row(1), row(2)]) == [row(1), row(2)]
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import orjson
+
+from live import usage_codec
 from live.access_table import period_ids
+from store.records import LedgerRow
 from store.usage_rows import idempotency_id, spend_deltas, to_batch
 
 FIELDS = {
@@ -52,3 +56,28 @@ def test_spend_counts_each_row_in_its_hour_day_and_month() -> None:
     assert deltas[("acme", hour)] == deltas[("acme", day)] == deltas[("acme", month)] == (3000, 2)
     assert deltas[("b", month)] == (1500, 1)
     assert len(deltas) == 6
+
+
+def test_a_batch_entry_keeps_each_record_apart_and_sets_malformed_ones_aside() -> None:
+    # As a gateway flush encodes them (usage_codec.encode): numbers as JSON numbers.
+    good = ["1764000000.250", "req-1", "acme", "llama", "aws:p", "aws", "us-east-1",
+            10, 5, 1500, "ok", "e1.1"]  # fmt: skip
+    as_text = [*good[:7], "10", "5", "1500", "ok", "e1.2"]
+    older = good[:11]  # written before records had a uid
+    bad = [
+        [*good[:9], 1.5, "ok", "e1.3"],  # a cost that is not a whole number
+        [*good[:9], True, "ok", "e1.4"],
+        [good[0], "req-1", None, *good[3:11], "e1.5"],  # no tenant
+        [*good[:7], -1, 5, 1500, "ok", "e1.6"],
+        good[:9],  # too short to have a cost
+        [float("inf"), *good[1:11], "e1.7"],
+    ]
+    fields = {usage_codec.RECORDS_FIELD: orjson.dumps([good, as_text, older, *bad]).decode()}
+    batch = to_batch([("7-0", fields)])
+    assert [r.idempotency_id for r in batch.rows] == ["u/e1.1", "u/e1.2", "7-0/2/req-1"]
+    assert batch.rows[0] == batch.rows[1]._replace(idempotency_id="u/e1.1")
+    assert batch.rows[0] == LedgerRow(
+        "u/e1.1", "req-1", "acme", "llama", "aws:p", "aws", "us-east-1",
+        10, 5, 1500, "ok", 1_764_000_000_250,
+    )  # fmt: skip
+    assert batch.malformed == [f"7-0#{place}" for place in range(3, 9)]
