@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
@@ -79,13 +79,15 @@ class KeyRecord:
     revoked: bool
 
 
-@dataclass(frozen=True)
-class UsageRecord:
+class UsageRecord(NamedTuple):
     """One finished request. ``cost_nusd`` is USD × 1e9; ``est_tokens`` is what admission
     charged to the TPM bucket (corrected to the real count when recorded); ``uid`` is
     unique per record across processes and restarts (stamped by the gateway's usage
     journal; empty if none), and the ledger's idempotency id when set, so a record
-    written to the stream twice (replayed after a crash) is stored once."""
+    written to the stream twice (replayed after a crash) is stored once.
+
+    A named tuple: one is built per request, and a frozen dataclass of 13 fields cost
+    ~2.5 us more to build."""
 
     ts_s: float
     request_id: str
