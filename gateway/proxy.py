@@ -407,13 +407,15 @@ class Forwarder:
                 media_type=_JSON,
                 headers=attempt.response_headers(0.0, ctx.request_id),
             )
-        chunks = resp.iter_chunks()
         watch = StreamWatch()
         try:
             # Wait for the first chunk before answering, so that a failure here can
             # still fail over: nothing has reached the client yet.
-            async with asyncio.timeout(attempt.first_byte_s):
-                first = await anext(chunks)
+            first = await resp.first_chunk(attempt.first_byte_s)
+            if not first:
+                raise UpstreamStreamError(
+                    f"pool {pool_id} ended its stream before any event", pool_id=pool_id
+                )
             watch.feed(first, time.perf_counter())
             if watch.error is not None:
                 raise UpstreamStreamError(
@@ -424,20 +426,23 @@ class Forwarder:
                     f"pool {pool_id} answered 200 with a stream that is not server-sent events",
                     pool_id=pool_id,
                 )
-        except (UpstreamError, StopAsyncIteration, TimeoutError) as exc:
+        except UpstreamError as exc:
             resp.close()
             self.state.release(pool_id, attempt.replica)
             err = (
-                exc
-                if isinstance(exc, UpstreamError)
-                else UpstreamTimeout(f"pool {pool_id}: no first chunk")
+                UpstreamTimeout(f"pool {pool_id}: {exc}", pool_id=pool_id)
+                if isinstance(exc, UpstreamTimeout)
+                else exc
             )
             err.retryable = True
             self._failed(attempt, err)
+            if err is exc:
+                raise
             raise err from exc
         if attempt.replica is not None:
             attempt.replica.served()
         est_cost = route.est_tokens * attempt.usd_per_token if route.est_tokens else 0.0
+        chunks = resp.iter_chunks()
         body_iter = self.relays.relay(first, chunks, resp, watch, attempt, route, started, ctx)
         return EventStreamResponse(
             body_iter,

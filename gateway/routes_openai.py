@@ -7,7 +7,6 @@ Handlers take the raw ``Request`` and parse the body themselves (see
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 
@@ -187,8 +186,12 @@ def openai_routes(gw: Gateway) -> list[Route]:
             trace.end(exc)
             refused(request, exc, received)
             raise
-        # 128 random bits as uuid4 has, without building a UUID object per request.
-        request_id = (request.headers.get("x-request-id") or os.urandom(16).hex())[:128]
+        # 128 random bits as uuid4 has, without a UUID object or a getrandom syscall per
+        # request: an id names a request, it guards nothing (the Mersenne Twister is
+        # seeded from the OS at start and again in a forked child).
+        request_id = (request.headers.get("x-request-id") or f"{random.getrandbits(128):032x}")[
+            :128
+        ]
         upstream_headers = {"content-type": "application/json", "x-request-id": request_id}
         # Capped like the request id: the session map keeps up to 100k of them.
         session_id = (request.headers.get(SESSION_HEADER) or "")[:128] or None

@@ -65,6 +65,13 @@ class UpstreamResponse:
             parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    async def first_chunk(self, timeout_s: float) -> bytes:
+        """The body's first piece, waited for up to ``timeout_s`` (not the idle timeout:
+        an engine may take longer to start than to go on), or ``b""`` if the body is
+        empty. Raises UpstreamTimeout or UpstreamStreamError. ``iter_chunks`` goes on
+        from the next piece."""
+        return await self._conn.next_chunk(timeout_s, f"no first chunk within {timeout_s:.1f}s")
+
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """Bytes as they arrive. Raises UpstreamTimeout or UpstreamStreamError mid-way."""
         while chunk := await self._conn.next_chunk(self._idle_s):

@@ -143,14 +143,14 @@ class Connection(asyncio.Protocol):
             await self._wait(timeout_s, f"no response headers within {timeout_s:.1f}s")
         return self.status
 
-    async def next_chunk(self, idle_s: float) -> bytes:
+    async def next_chunk(self, idle_s: float, silence: str = "") -> bytes:
         """The next piece of body, or ``b""`` once it is complete. Raises UpstreamTimeout
-        when nothing arrives for ``idle_s``, or UpstreamStreamError if the connection
-        breaks mid-body."""
+        (message ``silence``, or one about an idle engine) when nothing arrives for
+        ``idle_s``, or UpstreamStreamError if the connection breaks mid-body."""
         while not self._chunks:
             if self._complete:
                 return b""
-            await self._wait(idle_s, f"engine went idle for {idle_s:.1f}s mid-body")
+            await self._wait(idle_s, silence or f"engine went idle for {idle_s:.1f}s mid-body")
         chunk = self._chunks.popleft()
         self._buffered -= len(chunk)
         if self._paused and self._buffered < LOW_WATER_BYTES and self.transport:

@@ -215,6 +215,36 @@ async def test_idle_stream_is_a_timeout() -> None:
 
 
 @run_async
+async def test_first_chunk_has_its_own_timeout_then_the_stream_goes_on() -> None:
+    go_on = asyncio.Event()
+
+    async def slow_start(
+        server: Server, reader: asyncio.StreamReader, w: asyncio.StreamWriter
+    ) -> None:
+        for _ in range(2):
+            await server.read_request(reader)
+            w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            await w.drain()
+            await go_on.wait()  # the first request's body never comes: it times out
+            w.write(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+            await w.drain()
+
+    async with serve(slow_start) as server:
+        client = UpstreamClient()
+        timeouts = UpstreamTimeouts(connect_s=2.0, first_byte_s=2.0, idle_s=30.0)
+        resp = await client.post(server.url, b"{}", {}, timeouts)
+        with pytest.raises(UpstreamTimeout, match=r"no first chunk within 0\.1s"):
+            await resp.first_chunk(0.1)  # far shorter than the idle timeout
+        resp.close()
+        go_on.set()
+        resp = await client.post(server.url, b"{}", {}, timeouts)
+        assert await resp.first_chunk(2.0) == b"abc"
+        assert [c async for c in resp.iter_chunks()] == [b"de"]
+        resp.close()
+        await client.close()
+
+
+@run_async
 async def test_refused_connection_is_a_connect_error() -> None:
     srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from skyroute.embedded_redis import free_port
 
-Mode = Literal["html", "array", "truncated_stream", "html_stream", "n_choices"]
+Mode = Literal["html", "array", "truncated_stream", "html_stream", "empty_stream", "n_choices"]
 _CHUNK = b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 
 
@@ -86,6 +86,8 @@ class ScriptedUpstream:
         await response.prepare(request)
         if self.mode == "html_stream":
             await response.write(b"<html><body>maintenance</body></html>")
+        elif self.mode == "empty_stream":
+            pass  # headers, then the end of the body: not one event
         else:  # truncated_stream: one event, then the connection ends without [DONE]
             await response.write(_CHUNK)
         await response.write_eof()

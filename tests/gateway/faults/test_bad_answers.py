@@ -74,10 +74,15 @@ def test_a_garbage_200_fails_over_to_a_good_pool(
         assert f"pool {BAD} answered 200" in gw.logs()  # the failure was counted
 
 
-def test_a_non_sse_stream_fails_over_before_any_byte(
-    tmp_path: Path, engine: Engine, redis_url: str
+@pytest.mark.parametrize(
+    ("mode", "logged"),
+    [("html_stream", "a stream that is not server-sent events"),
+     ("empty_stream", "ended its stream before any event")],
+)  # fmt: skip
+def test_a_non_sse_or_empty_stream_fails_over_before_any_byte(
+    tmp_path: Path, engine: Engine, redis_url: str, mode: Mode, logged: str
 ) -> None:
-    with ScriptedUpstream("html_stream") as bad:
+    with ScriptedUpstream(mode) as bad:
         gw = _gateway(tmp_path, engine, bad, redis_url)
         stack = ExitStack()
         try:
@@ -91,9 +96,11 @@ def test_a_non_sse_stream_fails_over_before_any_byte(
             )
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
             assert text
+            assert bad.calls == 1
         finally:
             stack.close()
             gw.stop()
+        assert logged in gw.logs()  # the failure was counted against the bad pool
 
 
 def test_a_stream_that_ends_without_done_ends_with_an_error_and_counts_against_the_pool(
