@@ -51,8 +51,13 @@ class Ledger:
         if not rows:
             return []
         # One lock order for every writer: two consumers replaying overlapping batches
-        # on PostgreSQL must not deadlock on each other's uncommitted unique entries.
-        ordered = sorted(rows, key=lambda r: r.idempotency_id)
+        # on PostgreSQL must not deadlock on each other's uncommitted unique entries. A
+        # row given twice is one row (the first): it must be stored and spent once, and
+        # on SQLite it would otherwise fail the count check on every retry.
+        ordered = sorted(
+            {r.idempotency_id: r for r in reversed(rows)}.values(),
+            key=lambda r: r.idempotency_id,
+        )
         with store_errors("write usage"):
             async with self.engine.begin() as conn:
                 if conn.dialect.name == "sqlite":

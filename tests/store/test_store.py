@@ -83,6 +83,15 @@ async def test_writing_a_batch_twice_stores_and_spends_it_once(db_url: str) -> N
 
 
 @run_async
+async def test_a_row_given_twice_in_a_batch_is_stored_and_spent_once(db_url: str) -> None:
+    async with opened(db_url) as store:
+        assert await store.ledger.write([row(1), row(2), row(1)]) == [row(1), row(2)]
+        assert await store.ledger.count() == 2
+        hour, _, _ = period_ids(TS_MS / 1000)
+        assert (await store.ledger.spend([hour]))[("acme", hour)] == 2000
+
+
+@run_async
 async def test_rows_another_writer_stores_meanwhile_fail_the_batch_and_commit_nothing(
     db_url: str,
 ) -> None:
