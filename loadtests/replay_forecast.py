@@ -24,38 +24,28 @@ Printed per variant, over the windows whose demand is known and not 0:
 from __future__ import annotations
 
 import argparse
+import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
-from autoscaler.forecast import ForecastConfig, forecast_rate
-from autoscaler.gaps import missing_windows
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:  # run as a script: this directory is on sys.path, not the root
+    sys.path.insert(0, str(_ROOT))
 
-try:
-    from loadtests.backtest_forecast import WARMUP, calibrated
-    from loadtests.backtest_replay import CALIBRATION_GAIN, QUANTILE
-    from loadtests.backtest_series import (
-        VARIANT_SEED,
-        WINDOW_S,
-        Series,
-        read_series,
-        variants,
-        wape,
-    )
-except ModuleNotFoundError:  # run as a script: this directory is on sys.path
-    from backtest_forecast import WARMUP, calibrated  # type: ignore[no-redef,import-not-found]
-    from backtest_replay import (  # type: ignore[no-redef,import-not-found]
-        CALIBRATION_GAIN,
-        QUANTILE,
-    )
-    from backtest_series import (  # type: ignore[no-redef,import-not-found]
-        VARIANT_SEED,
-        WINDOW_S,
-        Series,
-        read_series,
-        variants,
-        wape,
-    )
+from autoscaler.forecast import ForecastConfig, forecast_rate  # noqa: E402
+from autoscaler.gaps import missing_windows  # noqa: E402
+from loadtests.backtest_forecast import WARMUP, calibrated  # noqa: E402
+from loadtests.backtest_replay import CALIBRATION_GAIN, QUANTILE  # noqa: E402
+from loadtests.backtest_series import (  # noqa: E402
+    VARIANT_SEED,
+    WINDOW_S,
+    Series,
+    read_series,
+    variants,
+    wape,
+)
 
 AHEAD = 2  # the window after next: what a decision now buys (10 minutes to ready)
 HISTORY = int(14 * 86_400 / WINDOW_S)  # the autoscaler's history (ScalerConfig.history_s)

@@ -70,14 +70,16 @@ async def admitted_once(
 async def stale_burst(
     access: AccessControl, tables: HeldTables, n: int
 ) -> list[asyncio.Task[object]]:
-    """``n`` admissions of the key once its verdict is stale, all started while the
-    first one's re-check is held in Redis."""
+    """``n`` admissions of the key once its verdict is stale, the re-check then held
+    once Redis has answered it. All ``n`` start before Redis can answer anything (an
+    answer needs the event loop's I/O poll, which comes after every task ready to run
+    has taken its first step), so the first starts the re-check and the others join it."""
     tables.hold.clear()
     tables.waiting.clear()
-    tasks: list[asyncio.Task[object]] = [asyncio.ensure_future(access.admit(KEY, 1))]
+    tasks: list[asyncio.Task[object]] = [
+        asyncio.ensure_future(access.admit(KEY, 1)) for _ in range(n)
+    ]
     await tables.waiting.wait()
-    tasks += [asyncio.ensure_future(access.admit(KEY, 1)) for _ in range(n - 1)]
-    await asyncio.sleep(0)  # every admission has reached the re-check
     return tasks
 
 
