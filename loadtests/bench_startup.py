@@ -43,6 +43,11 @@ CLI = "from skyroute.cli import main; main()"
 SERVE_IMPORTS = """
 import sys
 try:
+    from skyroute.redis_import import import_redis  # as main() does first
+    import_redis()
+except ImportError:  # before redis was imported without its OTel metrics
+    pass
+try:
     from skyroute.cli import build_parser
     build_parser("serve")
 except TypeError:  # before the lazy command line: one parser with every subcommand

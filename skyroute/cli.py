@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from base.errors import PolicyError, SkyrouteError
 from skyroute import logs
+from skyroute.redis_import import import_redis
 
 if TYPE_CHECKING:
     from gateway.settings import GatewaySettings
@@ -143,6 +144,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Subcommands that never talk to Redis: they skip ``import_redis`` (the others import
+# redis anyway, and should do it through there first).
+REDIS_FREE = frozenset({"engine", "policy", "explain", "simulate", "profile"})
+
+
 def _command_of(argv: Sequence[str]) -> str | None:
     """The subcommand named in ``argv`` (its first word that is not an option)."""
     return next((word for word in argv if not word.startswith("-")), None)
@@ -227,7 +233,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     words = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in words
     words = [w for w in words if w != "--debug"]
-    args = build_parser(_command_of(words)).parse_args(words)
+    command = _command_of(words)
+    if command is not None and command not in REDIS_FREE:
+        import_redis()  # before any module of the command imports redis
+    args = build_parser(command).parse_args(words)
     try:
         code = int(args.func(args))
     except SkyrouteError as exc:
