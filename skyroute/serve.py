@@ -148,6 +148,10 @@ def run_gateway(settings: GatewaySettings) -> None:
         port=settings.port,
         loop="uvloop",
         http=guarded_protocol(limits, door),
+        # No route speaks WebSocket: with "auto", uvicorn would import wsproto and h11 at
+        # start (22 modules, 0.9 MB) to accept upgrades nothing here can serve. An
+        # ``Upgrade: websocket`` request is answered as plain HTTP instead.
+        ws="none",
         timeout_keep_alive=settings.keepalive_timeout_s,
         access_log=False,
         # Nothing reads the client's address (limits, logs and traces go by API key and

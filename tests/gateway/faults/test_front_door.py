@@ -101,6 +101,25 @@ def test_a_body_that_never_completes_gets_408(guarded: Gateway) -> None:
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
 
 
+def test_a_websocket_upgrade_is_answered_as_plain_http(guarded: Gateway) -> None:
+    """No route speaks WebSocket: the upgrade is not taken (no 101), and the request is
+    served, or refused, as HTTP under the same key check as any other."""
+    upgrade = (
+        b"Host: x\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    )
+    with _connect(guarded) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\n" + upgrade + b"\r\n")
+        refused = _read_all(sock)
+    with _connect(guarded) as sock:
+        key = b"Authorization: Bearer " + API_KEY.encode() + b"\r\n"
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\n" + upgrade + key + b"\r\n")
+        served = _read_all(sock)
+    assert refused.startswith(b"HTTP/1.1 401 "), refused[:80]
+    assert served.startswith(b"HTTP/1.1 200 "), served[:80]
+    assert b'"object":"list"' in served
+
+
 def test_a_slowloris_over_the_cap_leaves_normal_requests_unaffected(capped: Gateway) -> None:
     slow: list[socket.socket] = []
     try:
