@@ -150,6 +150,41 @@ def serve_ready(
     return ready, cpu, store, rss
 
 
+def workers_rss(src: Path, redis_url: str, n: int) -> tuple[list[float], float | None]:
+    """Idle RSS (MB) of each gateway worker of ``skyroute serve --workers n``, and of the
+    store worker its supervisor runs beside them (None if it runs none), read 2 s after
+    ``/readyz`` answered (the store worker has opened and migrated the store by then)."""
+    port = free_port()
+    token = secrets.token_hex(16)
+    env = {**_env(src), "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(port),
+           "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_POLICY": str(_policy(src)),
+           "SKYROUTE_LOG_LEVEL": "WARNING", "SKYROUTE_ADMIN_TOKEN": token,
+           "SKYROUTE_REDIS_PREFIX": f"startup{secrets.token_hex(4)}"}  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "serve", "--workers", str(n)],
+                            cwd=src, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"serve --workers exited with {proc.returncode}")
+            try:
+                if b"ready" in _get(f"{base}/readyz"):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        time.sleep(2.0)
+        children = psutil.Process(proc.pid).children()
+        workers = [c for c in children if c.cmdline()[-1] == "serve"]
+        stores = [c for c in children if c.cmdline()[-1] == "store-worker"]
+        return ([w.memory_info().rss / 2**20 for w in workers],
+                stores[0].memory_info().rss / 2**20 if stores else None)  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--src", type=Path, default=ROOT, help="checkout to measure")
@@ -158,6 +193,8 @@ def main() -> None:
                         help="write the checkout's bytecode first, as the image")  # fmt: skip
     parser.add_argument("--store-worker", choices=("inline", "external"), default="inline",
                         help="SKYROUTE_STORE_WORKER of the measured worker")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=0,
+                        help="also start `serve --workers N`: each process's idle RSS")  # fmt: skip
     args = parser.parse_args()
     src = args.src.resolve()
     if args.compile:
@@ -169,6 +206,8 @@ def main() -> None:
     with redis_url_or_embedded(os.environ.get("SKYROUTE_REDIS_URL")) as url:
         runs = (serve_ready(src, url, args.store_worker) for _ in range(args.runs))
         readies, cpus, stores, rsses = zip(*runs, strict=True)
+        if args.workers:
+            every = [workers_rss(src, url, args.workers) for _ in range(args.runs)]
     print(f"source                     {src}")
     print(f"skyroute --help            {help_s * 1000:8.0f} ms (median of {args.runs})")
     print(f"serve: modules imported    {modules:8d} (heavy: {heavy}; "
@@ -186,6 +225,13 @@ def main() -> None:
     print(f"bytecode caches            {'compiled first' if args.compile else 'as found'}")
     print(f"serve: idle RSS            {statistics.median(rsses):8.1f} MB (median; store "
           f"worker {args.store_worker}; target <= 90)")  # fmt: skip
+    if args.workers:
+        per_worker = [rss for workers, _ in every for rss in workers]
+        store_rss = [rss for _, rss in every if rss is not None]
+        store = f"its store worker {statistics.median(store_rss):.1f} MB" if store_rss else "none"
+        print(f"serve --workers {args.workers}: idle RSS a worker "
+              f"{statistics.median(per_worker):.1f} MB (median of {len(per_worker)}; min "
+              f"{min(per_worker):.1f}, max {max(per_worker):.1f}); {store}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,12 +6,19 @@ kernel spreads connections across them without a proxy in front. Everything shar
 (limits, in-flight counts, health, keys) already goes through Redis per replica, so the
 workers need nothing from each other.
 
+The store's background work (migration, the Redis refill, the usage ledger's writes) runs
+once per host, not once per worker: unless ``SKYROUTE_STORE_WORKER=external`` says a store
+worker runs elsewhere (a Helm sidecar), the supervisor starts one ``skyroute store-worker``
+beside the workers and runs them with ``SKYROUTE_STORE_WORKER=external``. N writers of one
+SQLite file would take turns at its lock, and each worker would hold the store's libraries
+(about 27 MB of its idle RSS) for work one process does for all.
+
 The supervisor (this module, in the parent process) picks the port once, starts the
 workers, forwards SIGTERM/SIGINT to them (each drains as a single gateway does), and
-restarts a worker that dies, at most ``MAX_RESTARTS`` times a minute; past that it
-stops the others and exits 1. A worker that has not exited ``stop_timeout_s`` after the
-signal (its drain delay and graceful shutdown, plus a margin) is killed, and the
-supervisor exits 1: an orchestrator's stop must end in bounded time.
+restarts a worker that dies, the store worker included, at most ``MAX_RESTARTS`` times a
+minute; past that it stops the others and exits 1. A worker that has not exited
+``stop_timeout_s`` after the signal (its drain delay and graceful shutdown, plus a margin)
+is killed, and the supervisor exits 1: an orchestrator's stop must end in bounded time.
 """
 
 from __future__ import annotations
@@ -49,22 +56,38 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-class Supervisor:
-    """Runs and watches ``n`` worker processes of ``skyroute serve``."""
+SERVE = "serve"
+STORE_WORKER = "store-worker"
 
-    def __init__(self, n: int, env: Mapping[str, str], stop_timeout_s: float) -> None:
+
+class Supervisor:
+    """Runs and watches ``n`` worker processes of ``skyroute serve`` and, with
+    ``store_worker``, one ``skyroute store-worker`` (the last of ``procs``)."""
+
+    def __init__(
+        self, n: int, env: Mapping[str, str], stop_timeout_s: float, store_worker: bool = False
+    ) -> None:
         if n < 1:
             raise ValueError("--workers must be at least 1")
         self.n = n
         self.env = dict(env)
         self.stop_timeout_s = stop_timeout_s
+        self.commands = [SERVE] * n + ([STORE_WORKER] if store_worker else [])
+        # The store worker's consumer name stays the same across its restarts, so a new
+        # one takes the entries its predecessor left unacknowledged at once (another name
+        # would claim them only once they have been idle for a while).
+        base = self.env.get("SKYROUTE_REPLICA_ID") or f"{socket.gethostname()}-{os.getpid()}"
+        self.store_worker_id = f"{base}-store"
         self.procs: list[subprocess.Popen[bytes]] = []
         self._stopping = threading.Event()
         self._restarts: deque[float] = deque()
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
-        return subprocess.Popen(cmd, env=self.env)
+    def _spawn(self, command: str = SERVE) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", command]
+        env = self.env
+        if command == STORE_WORKER:
+            env = {**env, "SKYROUTE_REPLICA_ID": self.store_worker_id}
+        return subprocess.Popen(cmd, env=env)
 
     def _signal(self, sig: int, _frame: object = None) -> None:
         self._stopping.set()
@@ -76,8 +99,10 @@ class Supervisor:
         """Start the workers and wait for them; 0 after a signal-initiated stop."""
         signal.signal(signal.SIGTERM, self._signal)
         signal.signal(signal.SIGINT, self._signal)
-        self.procs = [self._spawn() for _ in range(self.n)]
-        logger.info("%d gateway workers: pids %s", self.n, [p.pid for p in self.procs])
+        self.procs = [self._spawn(command) for command in self.commands]
+        logger.info("%d gateway workers: pids %s", self.n, [p.pid for p in self.procs[: self.n]])
+        if len(self.procs) > self.n:
+            logger.info("store worker: pid %d", self.procs[-1].pid)
         while not self._stopping.is_set():
             for i, proc in enumerate(self.procs):
                 if proc.poll() is None or self._stopping.is_set():
@@ -87,10 +112,9 @@ class Supervisor:
                     self._signal(signal.SIGTERM)
                     self._wait()
                     return 1
-                logger.warning(
-                    "worker pid %d exited with %s; restarting", proc.pid, proc.returncode
-                )
-                self.procs[i] = self._spawn()
+                logger.warning("%s pid %d exited with %s; restarting",
+                               self.commands[i], proc.pid, proc.returncode)  # fmt: skip
+                self.procs[i] = self._spawn(self.commands[i])
             self._stopping.wait(0.5)
         return self._wait()
 
@@ -117,18 +141,22 @@ class Supervisor:
 
 
 def run_workers(n: int, host: str, port: int, env: Mapping[str, str], stop_timeout_s: float) -> int:
-    """Serve on (host, port) with ``n`` workers. Port 0 picks one free port for all of
-    them. ``env`` must carry every setting (the Redis URL included): workers read
-    their settings from it. ``stop_timeout_s``: how long workers get to exit after a
-    signal before they are killed. Returns the exit code."""
+    """Serve on (host, port) with ``n`` workers, and one store worker for them unless
+    ``env`` says one runs elsewhere (``SKYROUTE_STORE_WORKER=external``; the module
+    docstring). Port 0 picks one free port for all of them. ``env`` must carry every
+    setting (the Redis URL included): workers read their settings from it.
+    ``stop_timeout_s``: how long workers get to exit after a signal before they are
+    killed. Returns the exit code."""
     # Hold the port while the workers bind it too; a bound socket that never listens
     # takes no connections, so closing it once they are up drops nothing.
     holder = reuse_port_socket(host, port)
     try:
         chosen = holder.getsockname()[1]
-        worker_env = {**env, "SKYROUTE_PORT": str(chosen), ENV_REUSE_PORT: "1"}
+        own_store_worker = env.get("SKYROUTE_STORE_WORKER", "inline").lower() != "external"
+        worker_env = {**env, "SKYROUTE_PORT": str(chosen), ENV_REUSE_PORT: "1",
+                      "SKYROUTE_STORE_WORKER": "external"}  # fmt: skip
         logger.info("serving on %s:%d with %d workers (SO_REUSEPORT)", host, chosen, n)
-        supervisor = Supervisor(n, worker_env, stop_timeout_s)
+        supervisor = Supervisor(n, worker_env, stop_timeout_s, store_worker=own_store_worker)
         closer = threading.Timer(30.0, holder.close)
         closer.daemon = True
         closer.start()

@@ -1,5 +1,6 @@
 """``skyroute serve --workers 2``: two gateway processes share one port (SO_REUSEPORT),
-both take connections, both serve the real ``openai`` client, and SIGTERM stops all."""
+both take connections, both serve the real ``openai`` client, one store worker beside them
+writes their usage to the ledger, and SIGTERM stops all."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import psutil
 import pytest
 
 from skyroute.embedded_redis import free_port
-from skyroute.workers import Supervisor
+from skyroute.workers import SERVE, Supervisor
 from tests.gateway.conftest import CHAT, Fleet, start_fleet
 from tests.gateway.harness import ADMIN_TOKEN, API_KEY, unique_prefix, wait_for, wait_until
 
@@ -40,9 +42,34 @@ def _sockets(pid: int, port: int, status: str) -> int:
     )
 
 
-def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: str) -> None:
+def _children(pid: int, command: str) -> list[psutil.Process]:
+    """The live children of ``pid`` running ``skyroute <command>`` (a child killed and
+    not yet reaped is a zombie, with no command line left: skipped)."""
+    out = []
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.ZombieProcess, psutil.NoSuchProcess):
+            if child.cmdline()[-1] == command:
+                out.append(child)
+    return out
+
+
+def _usage_requests(port: int) -> tuple[str, int]:
+    """(source, requests) of the default tenant's usage, as a worker's admin API says."""
+    resp = httpx.get(
+        f"http://127.0.0.1:{port}/admin/usage?tenant=default",
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10,
+    )  # fmt: skip
+    resp.raise_for_status()
+    body = resp.json()
+    return body["source"], sum(g["requests"] for g in body["groups"].values())
+
+
+def test_two_workers_share_the_port_and_stop_together(
+    fleet: Fleet, redis_url: str, tmp_path: Path
+) -> None:
     port = free_port()
     env = {
+        "SKYROUTE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'store.db'}",
         **os.environ,
         "SKYROUTE_REDIS_URL": redis_url,
         "SKYROUTE_REDIS_PREFIX": unique_prefix(),
@@ -59,10 +86,14 @@ def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: s
     )  # fmt: skip
     held: list[socket.socket] = []
     workers: list[psutil.Process] = []
+    store_workers: list[psutil.Process] = []
     try:
         wait_until(f"http://127.0.0.1:{port}/readyz", timeout_s=60)
-        workers = psutil.Process(proc.pid).children()
-        assert len(workers) == 2
+        workers = _children(proc.pid, "serve")
+        store_workers = _children(proc.pid, "store-worker")
+        assert (len(workers), len(store_workers)) == (2, 1)
+        # The store's work runs once, in the store worker: the gateways leave it to it.
+        assert all(w.environ().get("SKYROUTE_STORE_WORKER") == "external" for w in workers)
         wait_for(lambda: all(_sockets(w.pid, port, psutil.CONN_LISTEN) for w in workers),
                   "both workers listening")  # fmt: skip
         # The kernel hashes each new connection to one of the listeners: with 32 of them,
@@ -77,12 +108,30 @@ def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: s
 
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=API_KEY,
                                max_retries=0, timeout=30)  # fmt: skip
-        with client:
-            for _ in range(8):
+
+        def chat(times: int) -> None:
+            for _ in range(times):
                 reply = client.chat.completions.create(
                     model=CHAT, messages=[{"role": "user", "content": "hi"}], max_tokens=4
                 )
                 assert reply.choices[0].message.content
+
+        with client:
+            chat(8)
+            # Both gateways' usage reaches the ledger through the one store worker.
+            wait_for(lambda: _usage_requests(port) == ("store", 8), "8 requests in the ledger")
+            # A store worker killed outright is restarted; meanwhile usage waits in Redis,
+            # and every request is stored once.
+            store_workers[0].kill()
+            chat(8)
+
+            def restarted() -> bool:
+                new = [c for c in _children(proc.pid, "store-worker") if c not in store_workers]
+                store_workers.extend(new)
+                return bool(new)
+
+            wait_for(restarted, "a new store worker")
+            wait_for(lambda: _usage_requests(port) == ("store", 16), "16 requests in the ledger")
     finally:
         for s in held:
             s.close()
@@ -91,7 +140,7 @@ def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: s
             code = proc.wait(timeout=90)
         except subprocess.TimeoutExpired:
             # Leave no process behind to hold the test run's output open.
-            for w in workers:
+            for w in workers + store_workers:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     w.kill()
             proc.kill()
@@ -100,13 +149,13 @@ def test_two_workers_share_the_port_and_stop_together(fleet: Fleet, redis_url: s
         finally:
             log.close()
     assert code == 0, (fleet.policy_path.parent / "workers.log").read_text()[-3000:]
-    assert not any(w.is_running() for w in workers)
+    assert not any(w.is_running() for w in workers + store_workers)
 
 
 class _Deaf(Supervisor):
     """A supervisor whose workers ignore SIGTERM (a worker hung in its shutdown)."""
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def _spawn(self, command: str = SERVE) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
              "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
