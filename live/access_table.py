@@ -37,8 +37,7 @@ from redis.exceptions import RedisError
 from base.errors import TableError
 from live import table_scripts, usage_codec
 from live.keyspace import tagged
-from live.redis_client import AnyPipeline, RedisClient
-from live.tables import run_pipeline
+from live.redis_client import AnyPipeline, RedisClient, run_pipeline
 from router.policy import TenantSpec
 
 NANO = 1_000_000_000

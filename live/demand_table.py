@@ -32,8 +32,7 @@ from base.errors import TableError
 from base.types import FloatArray
 from live.keyspace import tagged
 from live.lease import CONTROL, Fence
-from live.redis_client import AnyPipeline, RedisClient
-from live.tables import run_pipeline
+from live.redis_client import AnyPipeline, RedisClient, run_pipeline
 
 __all__ = ["METRICS", "DemandRecord", "DemandSeries", "DemandTables"]
 

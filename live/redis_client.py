@@ -11,6 +11,9 @@ URLs (``SKYROUTE_REDIS_URL``):
 
 Every key schema in ``live/`` puts the keys that one script or transaction touches
 together under one hash tag, so the same scripts run unchanged on every kind.
+
+``run_pipeline`` is how every table runs a pipeline: the connection always goes back to
+the pool, and a Redis failure leaves as ``TableError``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from redis.asyncio.client import Pipeline, PubSub
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline
 from redis.asyncio.sentinel import Sentinel
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from base.errors import TableError
 
 RedisClient: TypeAlias = Redis | RedisCluster
 AnyPipeline: TypeAlias = Pipeline | ClusterPipeline
@@ -154,3 +160,21 @@ async def commands_run(client: RedisClient) -> int:
         if node is not client:
             await node.aclose()
     return total
+
+
+async def execute_pipeline(pipe: AnyPipeline) -> list[Any]:
+    """Execute ``pipe`` and reset it, whatever happens, so that a failed pipeline gives
+    its connection back to the pool. Raises what ``execute`` raises (RedisError)."""
+    try:
+        result: list[Any] = await pipe.execute()
+        return result
+    finally:
+        await pipe.reset()  # type: ignore[no-untyped-call]
+
+
+async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
+    """``execute_pipeline``, with a Redis failure raised as TableError("{what}: ...")."""
+    try:
+        return await execute_pipeline(pipe)
+    except RedisError as exc:
+        raise TableError(f"{what}: {exc}") from exc

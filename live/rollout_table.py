@@ -28,8 +28,7 @@ from typing import Any
 import yaml
 
 from live.keyspace import tagged
-from live.redis_client import AnyPipeline, RedisClient, queue_script
-from live.tables import run_pipeline
+from live.redis_client import AnyPipeline, RedisClient, queue_script, run_pipeline
 from router.rollout import Rollout, Stage, Transition
 from router.rollout_plan import RolloutPlan
 from router.rollout_tally import StageCounts

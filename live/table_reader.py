@@ -19,7 +19,8 @@ from typing import Any
 
 from live.observations import ObservationFold, stream_went_back
 from live.pool_rows import SlowRows, build_rows, entries
-from live.tables import LiveTables, run_pipeline
+from live.redis_client import run_pipeline
+from live.tables import LiveTables
 from router.snapshot import PoolRow
 
 

@@ -37,12 +37,12 @@ from live import table_scripts
 from live.keyspace import tagged
 from live.observations import ObservationFold, PoolObservations
 from live.pool_rows import DRAINED, SlowRows, build_rows, decode_hash, entries, text
-from live.redis_client import AnyPipeline, RedisClient
+from live.redis_client import AnyPipeline, RedisClient, execute_pipeline, run_pipeline
 from live.replica_health import ReplicaEjection
 from router.health import HealthRecord
 from router.snapshot import PoolRow
 
-__all__ = ["LiveTables", "PoolObservations", "PriceEntry", "run_pipeline"]
+__all__ = ["LiveTables", "PoolObservations", "PriceEntry"]
 
 # Entries the observations stream keeps (approximately): at 16 gateway replicas flushing
 # 20 times a second, about a minute; readers normally start from a checkpoint seconds old.
@@ -120,7 +120,7 @@ class LiveTables:
         if extra is not None:
             extra(pipe)
         try:
-            results = await _execute(pipe)
+            results = await execute_pipeline(pipe)
         except RedisError as exc:
             raise TableError(f"flush failed: {exc}") from exc
         return text(results[0])
@@ -336,24 +336,6 @@ class LiveTables:
         await self._add_obs(obs_codec.encode_clear(int(time.time() * 1000), [pool_id]), "clear")
 
 
-async def _execute(pipe: AnyPipeline) -> list[Any]:
-    # Reset in every case, so a failed pipeline gives its connection back to the pool.
-    try:
-        result: list[Any] = await pipe.execute()
-        return result
-    finally:
-        await pipe.reset()  # type: ignore[no-untyped-call]
-
-
 def _after(entry_id: str) -> str:
     """The XRANGE start just past ``entry_id`` ("0-0": the stream's first entry)."""
     return "(" + entry_id if entry_id != "0-0" else "-"
-
-
-async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
-    """Execute ``pipe`` and give its connection back whatever happens; a Redis failure
-    becomes TableError("{what}: ...")."""
-    try:
-        return await _execute(pipe)
-    except RedisError as exc:
-        raise TableError(f"{what}: {exc}") from exc

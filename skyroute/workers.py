@@ -11,7 +11,7 @@ once per host, not once per worker: unless ``SKYROUTE_STORE_WORKER=external`` sa
 worker runs elsewhere (a Helm sidecar), the supervisor starts one ``skyroute store-worker``
 beside the workers and runs them with ``SKYROUTE_STORE_WORKER=external``. N writers of one
 SQLite file would take turns at its lock, and each worker would hold the store's libraries
-(about 27 MB of its idle RSS) for work one process does for all.
+(about 22 MB of its idle RSS) for work one process does for all.
 
 The supervisor (this module, in the parent process) picks the port once, starts the
 workers, forwards SIGTERM/SIGINT to them (each drains as a single gateway does), and
