@@ -140,6 +140,12 @@ class Supervisor:
         return 0 if all(code in (0, -signal.SIGINT, -signal.SIGTERM) for code in codes) else 1
 
 
+def runs_own_store_worker(env: Mapping[str, str]) -> bool:
+    """Whether ``serve --workers`` with this environment starts a store worker itself:
+    yes, unless ``SKYROUTE_STORE_WORKER=external`` says one runs elsewhere."""
+    return env.get("SKYROUTE_STORE_WORKER", "inline").strip().lower() != "external"
+
+
 def run_workers(n: int, host: str, port: int, env: Mapping[str, str], stop_timeout_s: float) -> int:
     """Serve on (host, port) with ``n`` workers, and one store worker for them unless
     ``env`` says one runs elsewhere (``SKYROUTE_STORE_WORKER=external``; the module
@@ -152,7 +158,7 @@ def run_workers(n: int, host: str, port: int, env: Mapping[str, str], stop_timeo
     holder = reuse_port_socket(host, port)
     try:
         chosen = holder.getsockname()[1]
-        own_store_worker = env.get("SKYROUTE_STORE_WORKER", "inline").lower() != "external"
+        own_store_worker = runs_own_store_worker(env)
         worker_env = {**env, "SKYROUTE_PORT": str(chosen), ENV_REUSE_PORT: "1",
                       "SKYROUTE_STORE_WORKER": "external"}  # fmt: skip
         logger.info("serving on %s:%d with %d workers (SO_REUSEPORT)", host, chosen, n)

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from skyroute.embedded_redis import free_port
-from skyroute.workers import SERVE, Supervisor
+from skyroute.workers import SERVE, STORE_WORKER, Supervisor, runs_own_store_worker
 from tests.gateway.conftest import CHAT, Fleet, start_fleet
 from tests.gateway.harness import ADMIN_TOKEN, API_KEY, unique_prefix, wait_for, wait_until
 
@@ -174,3 +174,22 @@ def test_a_worker_that_does_not_stop_in_time_is_killed() -> None:
     for p in supervisor.procs:
         assert p.stdout is not None
         p.stdout.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "own"), [(None, True), ("inline", True), ("external", False), ("External", False)]
+)
+def test_a_store_worker_runs_beside_the_workers_unless_one_runs_elsewhere(
+    setting: str | None, own: bool
+) -> None:
+    env = {} if setting is None else {"SKYROUTE_STORE_WORKER": setting}
+    assert runs_own_store_worker(env) is own
+
+
+def test_the_store_worker_keeps_its_consumer_name_across_restarts() -> None:
+    named = Supervisor(2, {"SKYROUTE_REPLICA_ID": "host-a"}, 1.0, store_worker=True)
+    assert named.commands == [SERVE, SERVE, STORE_WORKER]
+    assert named.store_worker_id == "host-a-store"
+    unnamed = Supervisor(2, {}, 1.0, store_worker=True)
+    assert unnamed.store_worker_id == f"{socket.gethostname()}-{os.getpid()}-store"
+    assert Supervisor(2, {}, 1.0).commands == [SERVE, SERVE]
