@@ -104,6 +104,36 @@ def _store_ready(base: str, token: str) -> bool:
         return False
 
 
+def _start_serve(
+    src: Path, redis_url: str, extra: dict[str, str], *args: str
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start ``skyroute serve *args`` from ``src`` on a free port with the demo policy
+    and a Redis prefix of its own, and wait (60 s at most) until ``/readyz`` says ready.
+    Returns the process, its base URL and its admin token; SystemExit if it exits or
+    is not ready in time (the process is terminated first)."""
+    port = free_port()
+    token = secrets.token_hex(16)
+    env = {**_env(src), "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(port),
+           "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_POLICY": str(_policy(src)),
+           "SKYROUTE_LOG_LEVEL": "WARNING", "SKYROUTE_ADMIN_TOKEN": token,
+           "SKYROUTE_REDIS_PREFIX": f"startup{secrets.token_hex(4)}", **extra}  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "serve", *args], cwd=src, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.perf_counter() + 60
+    while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"serve exited with {proc.returncode}")
+        try:
+            if b"ready" in _get(f"{base}/readyz"):
+                return proc, base, token
+        except OSError:
+            time.sleep(0.01)
+    proc.terminate()
+    proc.wait(timeout=60)
+    raise SystemExit("serve was not ready in 60 s")
+
+
 def serve_ready(
     src: Path, redis_url: str, store_worker: str = "inline"
 ) -> tuple[float, float, float, float]:
@@ -113,28 +143,11 @@ def serve_ready(
     With ``store_worker="external"`` the worker never opens the store while idle (a
     ``skyroute store-worker`` would): the store figure is then 0 and RSS is read 2 s
     after ready."""
-    port = free_port()
-    token = secrets.token_hex(16)
-    env = {**_env(src), "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(port),
-           "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_POLICY": str(_policy(src)),
-           "SKYROUTE_LOG_LEVEL": "WARNING", "SKYROUTE_ADMIN_TOKEN": token,
-           "SKYROUTE_REDIS_PREFIX": f"startup{secrets.token_hex(4)}",
-           "SKYROUTE_STORE_WORKER": store_worker}  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "serve"], cwd=src, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc, base, token = _start_serve(src, redis_url, {"SKYROUTE_STORE_WORKER": store_worker})
     try:
-        deadline = t0 + 60
-        while time.perf_counter() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"serve exited with {proc.returncode}")
-            try:
-                if b"ready" in _get(f"{base}/readyz"):
-                    break
-            except OSError:
-                time.sleep(0.01)
         ready = time.perf_counter() - t0
+        deadline = t0 + 60
         times = psutil.Process(proc.pid).cpu_times()
         cpu = times.user + times.system
         while store_worker == "inline" and not _store_ready(base, token):
@@ -154,26 +167,8 @@ def workers_rss(src: Path, redis_url: str, n: int) -> tuple[list[float], float |
     """Idle RSS (MB) of each gateway worker of ``skyroute serve --workers n``, and of the
     store worker its supervisor runs beside them (None if it runs none), read 2 s after
     ``/readyz`` answered (the store worker has opened and migrated the store by then)."""
-    port = free_port()
-    token = secrets.token_hex(16)
-    env = {**_env(src), "SKYROUTE_REDIS_URL": redis_url, "SKYROUTE_PORT": str(port),
-           "SKYROUTE_HOST": "127.0.0.1", "SKYROUTE_POLICY": str(_policy(src)),
-           "SKYROUTE_LOG_LEVEL": "WARNING", "SKYROUTE_ADMIN_TOKEN": token,
-           "SKYROUTE_REDIS_PREFIX": f"startup{secrets.token_hex(4)}"}  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-c", CLI, "serve", "--workers", str(n)],
-                            cwd=src, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc, _, _ = _start_serve(src, redis_url, {}, "--workers", str(n))
     try:
-        deadline = time.perf_counter() + 60
-        while time.perf_counter() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"serve --workers exited with {proc.returncode}")
-            try:
-                if b"ready" in _get(f"{base}/readyz"):
-                    break
-            except OSError:
-                time.sleep(0.05)
         time.sleep(2.0)
         children = psutil.Process(proc.pid).children()
         workers = [c for c in children if c.cmdline()[-1] == "serve"]
