@@ -145,11 +145,12 @@ async def phase(
 
 
 def worker_cpu_s(proc: psutil.Process | None) -> list[float]:
-    """CPU seconds of each direct child of ``proc`` (a supervisor's workers)."""
+    """CPU seconds of each gateway worker under ``proc`` (a supervisor's ``serve``
+    children; the store worker it may run beside them is not one)."""
     if proc is None:
         return []
     try:
-        return [tree_cpu_s(child) for child in proc.children()]
+        return [tree_cpu_s(c) for c in proc.children() if c.cmdline()[-1:] == ["serve"]]
     except psutil.NoSuchProcess:
         return []
 
