@@ -164,6 +164,17 @@ class GatewayMetrics:
             "Refills of Redis from the store by this replica (Redis had lost its data).",
             registry=r,
         )
+        self.usage_backlog = Gauge(
+            "skyroute_usage_backlog",
+            "Usage stream entries no store reader has read yet: how far the ledger trails "
+            "the gateways, wherever its writer runs (NaN: Redis cannot count them).",
+            registry=r,
+        )
+        self.usage_pending = Gauge(
+            "skyroute_usage_pending",
+            "Usage stream entries a store reader has read and not yet written (acknowledged).",
+            registry=r,
+        )
         self.usage_journal_errors = Counter(
             "skyroute_journal_write_errors",
             "Failed writes to this replica's usage journal (records kept in memory only).",

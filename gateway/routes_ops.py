@@ -6,12 +6,16 @@ nothing beyond state; ``/metrics`` needs the admin credential.
 
 from __future__ import annotations
 
+import math
+
 import orjson
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
+from base.errors import TableError
 from gateway.context import Gateway
+from live.usage_stream import backlog as usage_backlog
 from router.health import PoolState
 from router.rollout import Stage
 
@@ -53,6 +57,13 @@ def ops_router(gw: Gateway) -> APIRouter:
         m.sync_redis_errors(gw.sync.redis_errors)
         store = gw.store_sync
         m.store_ready.set(1 if store.migrated else 0)
+        try:
+            lag, pending = await usage_backlog(gw.access.tables)
+            m.usage_backlog.set(lag)
+            m.usage_pending.set(pending)
+        except TableError:  # Redis is down (skyroute_redis_up says so): unknown
+            m.usage_backlog.set(math.nan)
+            m.usage_pending.set(math.nan)
         m.sync_total(m.ledger_records, store.written)
         m.sync_total(m.ledger_malformed, store.malformed)
         m.sync_total(m.redis_refills, store.restores)

@@ -11,6 +11,7 @@ been idle long enough (XAUTOCLAIM). The stream is trimmed at about
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -34,6 +35,31 @@ def _entries(raw: Any) -> list[Entry]:
         (_s(entry_id), {_s(k): _s(v) for k, v in (fields or {}).items()})
         for entry_id, fields in raw or []
     ]
+
+
+async def backlog(tables: AccessTables, group: str = DEFAULT_GROUP) -> tuple[float, int]:
+    """How far the ledger trails the gateways: (entries of the usage stream no reader of
+    ``group`` has read yet, entries read and not yet acknowledged), by one XINFO GROUPS.
+    The first is NaN when Redis cannot count it (before 7.0, or once entries were deleted
+    out of order). No stream: (0, 0); a stream whose group is missing (Redis lost its data
+    and the refill has not run): every entry is unread. Raises TableError."""
+    stream = tables.key("usage")
+    try:
+        groups = await tables.redis.xinfo_groups(stream)
+    except ResponseError as exc:
+        if "no such key" in str(exc):
+            return 0.0, 0
+        raise TableError(f"reading the usage group failed: {exc}") from exc
+    except RedisError as exc:
+        raise TableError(f"reading the usage group failed: {exc}") from exc
+    for info in groups:
+        if _s(info["name"]) == group:
+            lag = info.get("lag")
+            return (math.nan if lag is None else float(lag)), int(info["pending"])
+    try:
+        return float(await tables.redis.xlen(stream)), 0
+    except RedisError as exc:
+        raise TableError(f"reading the usage stream failed: {exc}") from exc
 
 
 class UsageStream:

@@ -103,6 +103,16 @@ def _ledger_requests(gw: Gateway, tenant: str) -> int:
     return int(reply["groups"].get("all", {}).get("requests", 0))
 
 
+def _backlog(gw: Gateway) -> tuple[float, float]:
+    """(skyroute_usage_backlog, skyroute_usage_pending) on the gateway's /metrics."""
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in admin(gw, "GET", "/metrics").text.splitlines()
+        if line.startswith("skyroute_usage_")
+    }
+    return values["skyroute_usage_backlog"], values["skyroute_usage_pending"]
+
+
 def _chat(gw: Gateway, secret: str, n: int) -> None:
     with openai_client(gw, secret) as client:
         for i in range(n):
@@ -131,12 +141,17 @@ def test_the_worker_writes_the_ledger_once_across_a_kill_and_the_gateway_never_l
         _chat(gw, secret, 6)
         wait_for(lambda: _ledger_requests(gw, tenant) == 6, "6 requests in the ledger")
 
+        wait_for(lambda: _backlog(gw) == (0.0, 0.0), "the ledger caught up")
+
         worker.stop(signal.SIGKILL)
         _chat(gw, secret, 6)  # served without a worker: records wait in Redis
         assert _ledger_requests(gw, tenant) == 6
+        # The gateway's metrics show the ledger trailing, though it runs no writer itself.
+        wait_for(lambda: _backlog(gw)[0] >= 1, "the usage backlog on /metrics")
         worker.start()
         wait_for(lambda: _ledger_requests(gw, tenant) == 12, "12 requests in the ledger")
         assert _ledger_requests(gw, tenant) == 12  # and no more: each stored once
+        wait_for(lambda: _backlog(gw) == (0.0, 0.0), "the ledger caught up again")
 
 
 def test_after_redis_lost_its_data_the_worker_refills_and_the_gateway_republishes(

@@ -15,7 +15,7 @@ import pytest
 from base.errors import StoreError, TableError
 from live import usage_codec
 from live.access_table import AccessTables, period_ids
-from live.usage_stream import UsageStream
+from live.usage_stream import UsageStream, backlog
 from store.consumer import LedgerWriter, UsageConsumer
 from store.ledger import Ledger
 from store.records import LedgerRow
@@ -272,3 +272,24 @@ async def test_a_malformed_record_in_a_flush_is_dropped_and_its_neighbours_writt
         assert await store.ledger.count() == 2
         # The two good records of the entry at places 0 and 2, the bad one at 1 dropped.
         assert not await store.ledger.write([row_at(entry, 0), row_at(entry, 2)])
+
+
+@run_async
+async def test_the_backlog_counts_what_the_ledger_has_not_read_or_written_yet(
+    db_url: str, live_redis: RedisTarget
+) -> None:
+    async with opened(db_url) as store, access_tables(live_redis) as tables:
+        assert await backlog(tables) == (0.0, 0)  # no stream yet
+        await publish(tables, [usage(n) for n in range(10)])
+        assert await backlog(tables) == (10.0, 0)  # no group yet: nothing read
+        held = HeldWrite(store.ledger)
+        reader = consumer(tables, held, "gw-a")
+        await reader.stream.ensure_group()
+        step = asyncio.create_task(reader.run_once())
+        await held.started.wait()
+        assert await backlog(tables) == (3.0, 7)  # 7 read, being written
+        held.release.set()
+        assert await step == 7
+        assert await backlog(tables) == (3.0, 0)
+        assert await consumer(tables, store.ledger, "gw-a").drain() == 3
+        assert await backlog(tables) == (0.0, 0)
