@@ -26,7 +26,7 @@ from live.redis_client import RedisClient, connect, is_cluster, pubsub
 from live.replica_health import ReplicaEjection
 from live.table_reader import TableReader
 from live.tables import LiveTables, PoolObservations, PriceEntry
-from live.usage_stream import UsageStream
+from live.usage_stream import UsageStream, backlog
 from router.health import HealthRecord, PoolState
 from router.policy import TenantSpec
 from tests.live.conftest import RedisTarget
@@ -217,16 +217,19 @@ def test_usage_flush_stream_consumer_and_refill(cluster: RedisTarget) -> None:
         await tables.flush("gw-a", now_ms=int(now * 1000), inflight={},
                            observations={}, extra=extra)  # fmt: skip
         stream = UsageStream(access, consumer="c1")
+        unread = await backlog(access)
         entries = await stream.read_new(10)
         await stream.ack([e[0] for e in entries])
         pending = await stream.pending_count()
         usage = await access.usage("acme", now - 3600, now + 3600, "total")
         series = await demand.read([("m", "us")], now - 120, now + 60)
-        return filled, again, entries, pending, usage, series, await refill.filled()
+        return (filled, again, unread, entries, pending, await backlog(access), usage, series,
+                await refill.filled())  # fmt: skip
 
-    filled, again, entries, pending, usage, series, sentinel = run(cluster, body)
+    filled, again, unread, entries, pending, caught_up, usage, series, sentinel = run(cluster, body)
 
     assert filled and not again and sentinel
+    assert unread == (1.0, 0) and caught_up == (0.0, 0)
     assert [r["id"] for e in entries for r in usage_codec.decode(e[1])] == ["r1"]
     assert pending == 0
     assert usage["all"]["requests"] == 1 and usage["all"]["cost_nusd"] == 1000
