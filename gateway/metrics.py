@@ -147,7 +147,10 @@ class GatewayMetrics:
             registry=r,
         )
         self.store_ready = Gauge(
-            "skyroute_store_ready", "1 once the store's schema is migrated.", registry=r
+            "skyroute_store_ready",
+            "1 once this replica has migrated the store's schema; 0 with "
+            "SKYROUTE_STORE_WORKER=external, where the store worker migrates it.",
+            registry=r,
         )
         self.ledger_records = Counter(
             "skyroute_ledger_records",
