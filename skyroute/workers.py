@@ -15,15 +15,18 @@ SQLite file would take turns at its lock, and each worker would hold the store's
 
 The supervisor (this module, in the parent process) picks the port once, starts the
 workers, forwards SIGTERM/SIGINT to them (each drains as a single gateway does), and
-restarts a worker that dies, the store worker included, at most ``MAX_RESTARTS`` times a
-minute; past that it stops the others and exits 1. A worker that has not exited
-``stop_timeout_s`` after the signal (its drain delay and graceful shutdown, plus a margin)
-is killed, and the supervisor exits 1: an orchestrator's stop must end in bounded time.
+restarts a gateway worker that dies, at most ``MAX_RESTARTS`` times a minute; past that
+it stops the others and exits 1. A store worker that dies is restarted at most every
+``STORE_RESTART_S``, however often: the gateway workers serve without it. A worker that
+has not exited ``stop_timeout_s`` after the signal (its drain delay and graceful
+shutdown, plus a margin) is killed, and the supervisor exits 1: an orchestrator's stop
+must end in bounded time.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -37,6 +40,8 @@ from collections.abc import Mapping
 logger = logging.getLogger(__name__)
 
 MAX_RESTARTS = 5
+# A store worker that keeps dying (a database it cannot open) is restarted this often.
+STORE_RESTART_S = 5.0
 _RESTART_WINDOW_S = 60.0
 # Beyond a worker's own drain delay and graceful timeout: its lifespan's last flushes.
 STOP_MARGIN_S = 15.0
@@ -81,6 +86,8 @@ class Supervisor:
         self.procs: list[subprocess.Popen[bytes]] = []
         self._stopping = threading.Event()
         self._restarts: deque[float] = deque()
+        self.clock = time.monotonic
+        self._store_started_at = -math.inf
 
     def _spawn(self, command: str = SERVE) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", command]
@@ -100,12 +107,16 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._signal)
         signal.signal(signal.SIGINT, self._signal)
         self.procs = [self._spawn(command) for command in self.commands]
+        self._store_started_at = self.clock()
         logger.info("%d gateway workers: pids %s", self.n, [p.pid for p in self.procs[: self.n]])
         if len(self.procs) > self.n:
             logger.info("store worker: pid %d", self.procs[-1].pid)
         while not self._stopping.is_set():
             for i, proc in enumerate(self.procs):
                 if proc.poll() is None or self._stopping.is_set():
+                    continue
+                if self.commands[i] == STORE_WORKER:
+                    self._restart_store_worker(i)
                     continue
                 if not self._may_restart():
                     logger.error("workers keep dying; stopping the others")
@@ -117,6 +128,18 @@ class Supervisor:
                 self.procs[i] = self._spawn(self.commands[i])
             self._stopping.wait(0.5)
         return self._wait()
+
+    def _restart_store_worker(self, i: int) -> None:
+        """Restart the dead store worker ``procs[i]`` once ``STORE_RESTART_S`` have passed
+        since it started (until then, do nothing). Its deaths never stop the gateway
+        workers: they serve without it, usage waiting in Redis."""
+        if self.clock() - self._store_started_at < STORE_RESTART_S:
+            return
+        dead = self.procs[i]
+        logger.error("store worker pid %d exited with %s; restarting (usage waits in redis "
+                     "meanwhile)", dead.pid, dead.returncode)  # fmt: skip
+        self.procs[i] = self._spawn(STORE_WORKER)
+        self._store_started_at = self.clock()
 
     def _may_restart(self) -> bool:
         now = time.monotonic()

@@ -19,7 +19,14 @@ import psutil
 import pytest
 
 from skyroute.embedded_redis import free_port
-from skyroute.workers import SERVE, STORE_WORKER, Supervisor, runs_own_store_worker
+from skyroute.workers import (
+    MAX_RESTARTS,
+    SERVE,
+    STORE_RESTART_S,
+    STORE_WORKER,
+    Supervisor,
+    runs_own_store_worker,
+)
 from tests.gateway.conftest import CHAT, Fleet, start_fleet
 from tests.gateway.harness import ADMIN_TOKEN, API_KEY, unique_prefix, wait_for, wait_until
 
@@ -193,3 +200,43 @@ def test_the_store_worker_keeps_its_consumer_name_across_restarts() -> None:
     unnamed = Supervisor(2, {}, 1.0, store_worker=True)
     assert unnamed.store_worker_id == f"{socket.gethostname()}-{os.getpid()}-store"
     assert Supervisor(2, {}, 1.0).commands == [SERVE, SERVE]
+
+
+class _Stub:
+    """A process handle that has exited (``poll`` says so), for the restart policy."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode = 1
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+class _Counting(Supervisor):
+    """A supervisor whose spawns are stubs, timed on a clock the test moves: the restart
+    policy alone."""
+
+    def __init__(self) -> None:
+        super().__init__(2, {}, 1.0, store_worker=True)
+        self.spawned: list[tuple[str, float]] = []
+        self.now = 100.0
+        self.clock = lambda: self.now
+
+    def _spawn(self, command: str = SERVE) -> subprocess.Popen[bytes]:
+        self.spawned.append((command, self.now))
+        return _Stub(len(self.spawned))  # type: ignore[return-value]
+
+
+def test_a_store_worker_that_keeps_dying_is_restarted_every_few_seconds_and_stops_nothing() -> None:
+    sup = _Counting()
+    sup.procs = [sup._spawn(c) for c in sup.commands]
+    sup._store_started_at = sup.now
+    for _ in range(90):  # it dies at once, every time, for a minute and a half
+        sup._restart_store_worker(2)
+        sup.now += 1.0
+    restarts = [t for command, t in sup.spawned[3:] if command == STORE_WORKER]
+    assert len(sup.spawned[3:]) == len(restarts) > MAX_RESTARTS  # past the workers' budget
+    gaps = [b - a for a, b in zip([100.0, *restarts], restarts, strict=False)]
+    assert min(gaps) >= STORE_RESTART_S
+    assert not sup._stopping.is_set()
