@@ -142,7 +142,7 @@ class Supervisor:
         self._store_started_at = self.clock()
 
     def _may_restart(self) -> bool:
-        now = time.monotonic()
+        now = self.clock()
         while self._restarts and now - self._restarts[0] > _RESTART_WINDOW_S:
             self._restarts.popleft()
         self._restarts.append(now)
