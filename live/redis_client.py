@@ -162,19 +162,14 @@ async def commands_run(client: RedisClient) -> int:
     return total
 
 
-async def execute_pipeline(pipe: AnyPipeline) -> list[Any]:
-    """Execute ``pipe`` and reset it, whatever happens, so that a failed pipeline gives
-    its connection back to the pool. Raises what ``execute`` raises (RedisError)."""
+async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
+    """Execute ``pipe`` and reset it whatever happens, so that a failed pipeline gives
+    its connection back to the pool; a Redis failure is raised as TableError("{what}:
+    ...")."""
     try:
         result: list[Any] = await pipe.execute()
         return result
-    finally:
-        await pipe.reset()  # type: ignore[no-untyped-call]
-
-
-async def run_pipeline(pipe: AnyPipeline, what: str) -> list[Any]:
-    """``execute_pipeline``, with a Redis failure raised as TableError("{what}: ...")."""
-    try:
-        return await execute_pipeline(pipe)
     except RedisError as exc:
         raise TableError(f"{what}: {exc}") from exc
+    finally:
+        await pipe.reset()  # type: ignore[no-untyped-call]

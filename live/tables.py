@@ -37,7 +37,7 @@ from live import table_scripts
 from live.keyspace import tagged
 from live.observations import ObservationFold, PoolObservations
 from live.pool_rows import DRAINED, SlowRows, build_rows, decode_hash, entries, text
-from live.redis_client import AnyPipeline, RedisClient, execute_pipeline, run_pipeline
+from live.redis_client import AnyPipeline, RedisClient, run_pipeline
 from live.replica_health import ReplicaEjection
 from router.health import HealthRecord
 from router.snapshot import PoolRow
@@ -119,10 +119,7 @@ class LiveTables:
         self._queue_obs(pipe, value)
         if extra is not None:
             extra(pipe)
-        try:
-            results = await execute_pipeline(pipe)
-        except RedisError as exc:
-            raise TableError(f"flush failed: {exc}") from exc
+        results = await run_pipeline(pipe, "flush failed")
         return text(results[0])
 
     def _queue_obs(self, pipe: AnyPipeline, value: bytes) -> None:
