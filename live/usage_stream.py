@@ -46,11 +46,9 @@ async def backlog(tables: AccessTables, group: str = DEFAULT_GROUP) -> tuple[flo
     stream = tables.key("usage")
     try:
         groups = await tables.redis.xinfo_groups(stream)
-    except ResponseError as exc:
-        if "no such key" in str(exc):
-            return 0.0, 0
-        raise TableError(f"reading the usage group failed: {exc}") from exc
     except RedisError as exc:
+        if isinstance(exc, ResponseError) and "no such key" in str(exc):
+            return 0.0, 0
         raise TableError(f"reading the usage group failed: {exc}") from exc
     for info in groups:
         if _s(info["name"]) == group:
