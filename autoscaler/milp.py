@@ -1,7 +1,7 @@
 """The cheapest replica mix that covers the forecast, as a small mixed-integer program.
 
 As Mélange does for heterogeneous GPUs, the choice of how many replicas each pool runs
-is a MILP, solved with HiGHS through ``scipy.optimize.milp``:
+is a MILP, solved with HiGHS (``autoscaler.highs``):
 
     minimise    Σ_p cost_p · n_p  +  ε Σ_p |n_p − current_p|  +  M Σ_l short_l
     subject to  Σ_{p feasible for l} x_{p,l} + short_l ≥ demand_l        every demand line l
@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp  # type: ignore[import-untyped]
 
+from autoscaler.highs import Program, solve
 from base.types import BoolArray, FloatArray, IntArray
 
 __all__ = ["MixProblem", "MixSolution", "solve_mix"]
@@ -166,20 +166,14 @@ def solve_mix(problem: MixProblem, time_limit_s: float = 10.0) -> MixSolution | 
     ub = np.full(n_var, np.inf)
     lb[:n_pools] = pr.lower
     ub[:n_pools] = pr.upper
-    integrality = np.zeros(n_var)
-    integrality[:n_pools] = pr.lower != pr.upper  # a pinned pool needs no branching
-    result = milp(
-        c,
-        integrality=integrality,
-        bounds=Bounds(lb, ub),
-        constraints=LinearConstraint(np.vstack(rows), low, high) if rows else (),
-        # Presolve buys nothing on a problem this small, and some of HiGHS's presolved
-        # paths print debug lines to stdout.
-        options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6, "presolve": False},
-    )
-    if result.x is None:
+    integer = np.zeros(n_var, dtype=np.bool_)
+    integer[:n_pools] = pr.lower != pr.upper  # a pinned pool needs no branching
+    matrix = np.vstack(rows) if rows else np.zeros((0, n_var))
+    program = Program.dense(c, matrix, np.asarray(low), np.asarray(high), lb, ub, integer)
+    result = solve(program, time_limit_s, mip_rel_gap=1e-6)
+    if result is None:
         return None
-    sol = np.asarray(result.x, dtype=np.float64)
+    sol = result.x
     replicas = np.rint(sol[:n_pools]).astype(np.intp)
     assigned = np.zeros((n_pools, n_lines))
     assigned[pairs[:, 0], pairs[:, 1]] = sol[xs]

@@ -6,15 +6,15 @@ its dual has one bounded variable per sample and one equality per coefficient:
 
     maximise  yᵀa   subject to  Xᵀa = (1 − tau) · Xᵀ1,   0 ≤ a ≤ 1
 
-and ``b`` is (minus) the multipliers of the equalities. On a few thousand samples and a
-handful of columns the dual solves in milliseconds, the primal in a second.
+and ``b`` is the multipliers of the equalities. On a few thousand samples and a handful
+of columns the dual solves in milliseconds, the primal in a second.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linprog  # type: ignore[import-untyped]
 
+from autoscaler.highs import Program, solve
 from base.types import FloatArray
 
 __all__ = ["quantile_regression"]
@@ -29,13 +29,21 @@ def quantile_regression(features: FloatArray, target: FloatArray, tau: float) ->
         raise ValueError("need 0 < tau < 1 and features (n x p) aligned with target (n)")
     if len(target) == 0 or not (np.isfinite(features).all() and np.isfinite(target).all()):
         return None
-    result = linprog(
-        -target,
-        A_eq=features.T,
-        b_eq=(1.0 - tau) * features.sum(axis=0),
-        bounds=(0.0, 1.0),
-        method="highs",
+    n, p = features.shape
+    rhs = (1.0 - tau) * features.sum(axis=0)
+    # Sample i is column i of the dual, holding its features: a dense column each.
+    program = Program(
+        cost=np.asarray(target, dtype=np.float64),
+        start=np.arange(0, n * p + 1, p, dtype=np.intp),
+        index=np.tile(np.arange(p, dtype=np.intp), n),
+        value=np.ascontiguousarray(features, dtype=np.float64).ravel(),
+        row_lower=rhs,
+        row_upper=rhs,
+        col_lower=np.zeros(n),
+        col_upper=np.ones(n),
+        maximise=True,
     )
-    if result.status != 0:
+    solution = solve(program)
+    if solution is None or not solution.optimal:
         return None
-    return np.asarray(-result.eqlin.marginals, dtype=np.float64)
+    return solution.row_dual
