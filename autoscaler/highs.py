@@ -44,6 +44,11 @@ _OPTIONS: dict[str, bool | float | str] = {
     "mip_heuristic_run_feasibility_jump": False,
 }
 _FEASIBLE = 2  # HiGHS's kSolutionStatusFeasible
+_NO_ANSWER = (
+    HighsModelStatus.kInfeasible,
+    HighsModelStatus.kUnbounded,
+    HighsModelStatus.kUnboundedOrInfeasible,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -147,7 +152,9 @@ def solve(
         raise RuntimeError(f"HiGHS failed: {highs.getModelStatus().name}")
     status = highs.getModelStatus()
     info = highs.getInfo()
-    if status != HighsModelStatus.kOptimal and info.primal_solution_status != _FEASIBLE:
+    if status in _NO_ANSWER or (
+        status != HighsModelStatus.kOptimal and info.primal_solution_status != _FEASIBLE
+    ):
         return None
     solution = highs.getSolution()
     return Solution(

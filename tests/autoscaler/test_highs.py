@@ -68,6 +68,10 @@ def test_infeasible_is_none(integer: list[bool] | None) -> None:
     assert solve(_program([1.0], [[1.0], [1.0]], [2.0, -INF], [INF, 1.0], integer)) is None
 
 
+def test_unbounded_is_none() -> None:
+    assert solve(_program([-1.0], [[1.0]], [0.0], [INF])) is None
+
+
 def test_no_rows() -> None:
     out = solve(_program([1.0, 2.0], [], [], []))
     assert out is not None and out.x == pytest.approx([0.0, 0.0])
