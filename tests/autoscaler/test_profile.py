@@ -29,13 +29,27 @@ def engine() -> Iterator[Engine]:
 
 
 def test_the_measured_batch_and_goodput_match_the_engines_model(engine: Engine) -> None:
-    measured = asyncio.run(measure_profile(engine.url, "upstream-chat", SLO_MS * SCALE))
-    assert abs(measured.max_concurrency - ENGINE.max_running_within(SLO_MS)) <= 2
-    expected = ENGINE.goodput_tokens_per_s(SLO_MS) / SCALE
-    assert measured.tokens_per_s == pytest.approx(expected, rel=0.15)
-    assert measured.prefill_tokens_per_s == pytest.approx(
-        ENGINE.prefill_tokens_per_s / SCALE, rel=0.25
+    """The search ends on a level that met the TPOT target next to one that missed it,
+    and the figures agree with the engine's model. The engine sleeps at least its
+    modelled time, and a busy machine only adds to it: it can make the measured batch,
+    goodput and prefill rate smaller than the model's, never larger. So each is held
+    tightly from above and loosely from below (on a loaded 2-core VM the batch came out
+    at 11 of 16: the levels around the target are 0.5 ms of TPOT apart)."""
+    slo_ms = SLO_MS * SCALE
+    measured = asyncio.run(measure_profile(engine.url, "upstream-chat", slo_ms))
+    levels = {level.concurrency: level for level in measured.levels}
+    best = levels[measured.max_concurrency]
+    assert best.tpot_p90_ms <= slo_ms
+    assert levels[measured.max_concurrency + 1].tpot_p90_ms > slo_ms
+    assert measured.tokens_per_s == pytest.approx(
+        measured.max_concurrency * 1000.0 / best.tpot_mean_ms
     )
+    fits = ENGINE.max_running_within(SLO_MS)
+    assert fits // 2 <= measured.max_concurrency <= fits + 2
+    goodput = ENGINE.goodput_tokens_per_s(SLO_MS) / SCALE
+    assert goodput * 0.5 <= measured.tokens_per_s <= goodput * 1.15
+    prefill = ENGINE.prefill_tokens_per_s / SCALE
+    assert prefill * 0.5 <= measured.prefill_tokens_per_s <= prefill * 1.25
 
 
 def test_the_command_writes_a_snippet_the_policy_accepts(engine: Engine, tmp_path: Path) -> None:
