@@ -14,7 +14,7 @@ import pytest
 from tests.figures import report
 from tests.gateway.conftest import Fleet
 from tests.gateway.faults.conftest import CHAT_BODY, pool_state, wait_for_state
-from tests.gateway.harness import API_KEY, Gateway, unique_prefix
+from tests.gateway.harness import API_KEY, Gateway, unique_prefix, wait_for
 
 CHEAP = "gcp:us-central1:cheap"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -57,6 +57,15 @@ def _open_streams(gw: Gateway, n: int) -> list[threading.Thread]:
     return threads
 
 
+def _routing_state(gw: Gateway, pool_id: str) -> str | None:
+    """The pool's state in the gateway's routing snapshot (``skyroute_pool_state``)."""
+    prefix = f'skyroute_pool_state{{pool="{pool_id}",state="'
+    for line in gw.admin("GET", "/metrics").text.splitlines():
+        if line.startswith(prefix) and float(line.rsplit(" ", 1)[1]) == 1.0:
+            return line[len(prefix) :].split('"', 1)[0]
+    return None
+
+
 def _s(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.2f}s"
 
@@ -96,6 +105,13 @@ def test_an_ejection_seen_by_one_replica_applies_to_the_other(
     for _ in range(3):
         assert _chat(one).status_code == 200
     assert wait_for_state(two, CHEAP, {"ejected", "probing"}, timeout_s=5) is not None
+    # The admin view reads the shared table itself; replica two routes from its snapshot,
+    # refreshed every 100 ms, which /metrics shows: wait for that too.
+    wait_for(
+        lambda: _routing_state(two, CHEAP) in {"ejected", "probing"},
+        "replica two to route around the ejected pool",
+        timeout_s=5,
+    )
     reply = _chat(two)
     assert reply.status_code == 200
     assert (reply.headers["x-skyroute-pool"], reply.headers["x-skyroute-attempts"]) != (CHEAP, "1")
