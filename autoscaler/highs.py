@@ -28,6 +28,7 @@ from highspy._core import (
     MatrixFormat,
     ObjSense,
     _Highs,
+    kSolutionStatusFeasible,
 )
 
 from base.types import BoolArray, FloatArray, IntArray
@@ -43,7 +44,6 @@ _OPTIONS: dict[str, bool | float | str] = {
     "mip_heuristic_effort": 0.0,
     "mip_heuristic_run_feasibility_jump": False,
 }
-_FEASIBLE = 2  # HiGHS's kSolutionStatusFeasible
 _NO_ANSWER = (
     HighsModelStatus.kInfeasible,
     HighsModelStatus.kUnbounded,
@@ -152,9 +152,8 @@ def solve(
         raise RuntimeError(f"HiGHS failed: {highs.getModelStatus().name}")
     status = highs.getModelStatus()
     info = highs.getInfo()
-    if status in _NO_ANSWER or (
-        status != HighsModelStatus.kOptimal and info.primal_solution_status != _FEASIBLE
-    ):
+    feasible = info.primal_solution_status == kSolutionStatusFeasible
+    if status in _NO_ANSWER or (status != HighsModelStatus.kOptimal and not feasible):
         return None
     solution = highs.getSolution()
     return Solution(
