@@ -185,7 +185,8 @@ class Fleet:
                "SKYROUTE_REDIS_PREFIX": f"bench-faults:{os.getpid()}",
                "SKYROUTE_POLICY": str(path), "SKYROUTE_PORT": str(self.gw_port),
                "SKYROUTE_API_KEY": API_KEY, "SKYROUTE_ADMIN_TOKEN": ADMIN,
-               "SKYROUTE_LOG_LEVEL": "WARNING"}  # fmt: skip
+               "SKYROUTE_LOG_LEVEL": "WARNING",
+               "SKYROUTE_DATABASE_URL": f"sqlite+aiosqlite:///{self.tmp / 'store.db'}"}  # fmt: skip
         log = (self.tmp / "gateway.log").open("wb")
         self.gateway = subprocess.Popen(
             [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"],

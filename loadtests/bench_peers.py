@@ -97,7 +97,7 @@ REQUEST_TIMEOUT_S = 30.0
 async def phase(
     t: Target, stream: bool, concurrency: int, seconds: float, warmup: float,
     engine: psutil.Process,
-) -> tuple[list[float], int, float, str, tuple[float, float, float]]:  # fmt: skip
+) -> tuple[list[float], int, float, str, tuple[float, float, float, float]]:  # fmt: skip
     """Warm up, then a closed loop at ``concurrency`` for ``seconds`` against ``t``.
 
     Returns latencies (s), errors, elapsed s, the first error, and the CPU seconds of the
@@ -292,12 +292,14 @@ def start_targets(
     }  # fmt: skip
     gw_cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve",
               "--workers", str(args.skyroute_workers)]  # fmt: skip
+    # The run's own store (never the user's default ledger, which would grow run by
+    # run and slow every later run's inserts), or the database given.
+    gw_env["SKYROUTE_DATABASE_URL"] = (
+        args.skyroute_database_url or f"sqlite+aiosqlite:///{tmp / 'store.db'}"
+    )
     worker: psutil.Process | None = None
     if args.skyroute_store_worker == "external":
-        gw_env |= {
-            "SKYROUTE_STORE_WORKER": "external",
-            "SKYROUTE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp / 'store.db'}",
-        }
+        gw_env["SKYROUTE_STORE_WORKER"] = "external"
         worker_cmd = [sys.executable, "-c", "from skyroute.cli import main; main()",
                       "store-worker"]  # fmt: skip
         worker = procs.start("store-worker", worker_cmd, args.src,

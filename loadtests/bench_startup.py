@@ -17,7 +17,8 @@ the figure is the image's; ``--no-compile`` measures the checkout as it is.
 
 ``--src`` measures another checkout of skyroute (for a before/after: a ``git worktree``
 of an older commit) with the same interpreter. Redis is ``SKYROUTE_REDIS_URL`` or an
-embedded one; everything runs on 127.0.0.1.
+embedded one; the store is a SQLite file of the run's own, migrated by one unmeasured
+start first (the user's default ledger is never touched); everything runs on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -61,8 +63,12 @@ print(serving, len(sys.modules) - serving, ",".join(heavy) or "-")
 """
 
 
+# A store of the run's own (set in main), never the user's default ledger.
+STORE_ENV: dict[str, str] = {}
+
+
 def _env(src: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(src)}
+    return {**os.environ, "PYTHONPATH": str(src), **STORE_ENV}
 
 
 def help_wall_s(src: Path, runs: int) -> float:
@@ -198,7 +204,12 @@ def main() -> None:
                        stdout=subprocess.DEVNULL)  # fmt: skip
     help_s = help_wall_s(src, args.runs)
     modules, store_modules, heavy = serve_modules(src)
-    with redis_url_or_embedded(os.environ.get("SKYROUTE_REDIS_URL")) as url:
+    with (
+        redis_url_or_embedded(os.environ.get("SKYROUTE_REDIS_URL")) as url,
+        tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp,
+    ):
+        STORE_ENV["SKYROUTE_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp}/store.db"
+        serve_ready(src, url)  # migrates the run's store: every measured start finds it so
         runs = (serve_ready(src, url, args.store_worker) for _ in range(args.runs))
         readies, cpus, stores, rsses = zip(*runs, strict=True)
         if args.workers:

@@ -46,6 +46,9 @@ def parse_args(description: str) -> argparse.Namespace:
                         help="external: the ledger writer and Redis refill run in a "
                         "`skyroute store-worker` process, pinned with the gateway; its CPU "
                         "per request is printed apart")  # fmt: skip
+    parser.add_argument("--skyroute-database-url", default="",
+                        help="skyroute's store (e.g. postgresql+asyncpg://127.0.0.1/test); "
+                        "default a SQLite file of the run's own")  # fmt: skip
     parser.add_argument("--skyroute-log-level", default="INFO",
                         help="INFO: every feature on, the access log included")  # fmt: skip
     parser.add_argument("--json", type=Path, default=ROOT / "artifacts" / "bench_peers.json")
@@ -82,6 +85,8 @@ def config(args: argparse.Namespace, pinning: dict[str, object] | None) -> dict[
             "peers": args.peers, "skyroute_workers": args.skyroute_workers,
             "skyroute_log_level": args.skyroute_log_level,
             "skyroute_store_worker": args.skyroute_store_worker,
+            "skyroute_store": "sqlite" if not args.skyroute_database_url
+            else args.skyroute_database_url.split(":", 1)[0],
             "litellm_version": args.litellm_version if "litellm" in args.peers else None,
             "portkey_version": args.portkey_version if "portkey" in args.peers else None,
             "engine_profile": PROFILE, "cpus": os.cpu_count(), "src": str(args.src),
