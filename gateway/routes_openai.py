@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Mapping
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -36,6 +37,10 @@ from router.scoring import RouteRequest
 
 SLO_HEADER = "x-skyroute-slo"
 CLIENT_REGION_HEADER = "x-skyroute-client-region"
+# The same names as ASGI gives them (lowercase bytes), for ``read_headers``' map.
+_SLO = SLO_HEADER.encode()
+_CLIENT_REGION = CLIENT_REGION_HEADER.encode()
+_SESSION = SESSION_HEADER.encode()
 _MODEL_KINDS = {
     Operation.CHAT: "chat",
     Operation.COMPLETION: "chat",
@@ -43,27 +48,55 @@ _MODEL_KINDS = {
 }
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, declared: bytes | None = None) -> bytes:
     """The request body, refusing more than ``limit`` bytes (PayloadTooLarge) without
-    reading the rest."""
-    declared = request.headers.get("content-length")
+    reading the rest; ``declared`` is its Content-Length header, if any. Raises
+    ClientDisconnect if the client leaves first. Reads the ASGI messages itself:
+    Starlette's ``Request.stream`` is an async generator, which cost more than the read
+    for the one message a typical body comes in. The body can be read once."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"Request body of {declared} bytes is over the {limit}-byte limit.")
+        raise PayloadTooLarge(
+            f"Request body of {declared.decode()} bytes is over the {limit}-byte limit."
+        )
     size = 0
     parts: list[bytes] = []
-    async for chunk in request.stream():
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"Request body is over the {limit}-byte limit.")
         parts.append(chunk)
-    return b"".join(parts)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_headers(request: Request, limit: int) -> dict[bytes, bytes]:
+    """The request's headers by name (lowercase bytes, as ASGI gives them), the first
+    value of each as Starlette's ``Headers.get`` returns it. Raises HeadersTooLarge if
+    they are over ``limit`` bytes in all. One pass over the raw list: ``Headers.get``
+    scans it again for every name asked, and raises and catches inside for each one
+    that is absent (most of the six a request asks for)."""
+    size = 0
+    found: dict[bytes, bytes] = {}
+    for name, value in request.scope["headers"]:
+        size += len(name) + len(value)
+        if name not in found:
+            found[name] = value
+    if size > limit:
+        raise HeadersTooLarge(f"Request headers of {size} bytes are over the {limit}-byte limit.")
+    return found
 
 
 def check_headers(request: Request, limit: int) -> None:
     """Refuse requests whose headers are over ``limit`` bytes (HeadersTooLarge)."""
-    size = sum(len(k) + len(v) for k, v in request.scope["headers"])
-    if size > limit:
-        raise HeadersTooLarge(f"Request headers of {size} bytes are over the {limit}-byte limit.")
+    read_headers(request, limit)
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode("latin-1") if value is not None else None
 
 
 def estimate_tokens(gw: Gateway, parsed: ParsedRequest) -> int:
@@ -75,11 +108,15 @@ def estimate_tokens(gw: Gateway, parsed: ParsedRequest) -> int:
 
 
 def route_request(
-    gw: Gateway, parsed: ParsedRequest, request: Request, caller: Caller, est_tokens: int
+    gw: Gateway,
+    parsed: ParsedRequest,
+    headers: Mapping[bytes, bytes],
+    caller: Caller,
+    est_tokens: int,
 ) -> RouteRequest:
-    """Resolve model, SLO class, client region and the tenant's rules. ``est_tokens`` is
-    the request's size as admission charged it (``estimate_tokens``): routing prices it
-    by the same number.
+    """Resolve model, SLO class, client region and the tenant's rules. ``headers`` are
+    the request's (``read_headers``); ``est_tokens`` is the request's size as admission
+    charged it (``estimate_tokens``): routing prices it by the same number.
 
     Raises ModelNotFound, PermissionDenied (model not allowed for the tenant) or
     InvalidRequest.
@@ -93,13 +130,13 @@ def route_request(
         raise PermissionDenied(f"Tenant {caller.tenant} may not use model {parsed.model!r}.")
     if spec.kind != _MODEL_KINDS[parsed.operation]:
         raise InvalidRequest(f"model {parsed.model!r} is a {spec.kind} model", param="model")
-    slo = request.headers.get(SLO_HEADER) or tenant.default_slo or spec.default_slo
+    slo = _text(headers.get(_SLO)) or tenant.default_slo or spec.default_slo
     if slo not in policy.slo_classes:
         raise InvalidRequest(
             f"unknown SLO class {slo!r}; known: {sorted(policy.slo_classes)}", param=SLO_HEADER
         )
     region = (
-        request.headers.get(CLIENT_REGION_HEADER)
+        _text(headers.get(_CLIENT_REGION))
         or tenant.client_region
         or policy.routing.default_client_region
     )
@@ -158,9 +195,11 @@ def openai_routes(gw: Gateway) -> list[Route]:
             f"{operation.value}", request.headers, {"gen_ai.operation.name": operation.value}
         ) if gw.tracing.enabled else NOOP  # fmt: skip
         try:
-            check_headers(request, gw.settings.max_header_bytes)
-            key = bearer_digest(request.headers.get("authorization"))
-            body = await read_body(request, gw.settings.max_body_bytes)
+            headers = read_headers(request, gw.settings.max_header_bytes)
+            key = bearer_digest(_text(headers.get(b"authorization")))
+            body = await read_body(
+                request, gw.settings.max_body_bytes, headers.get(b"content-length")
+            )
             parsed = parse_request(body, operation)
             est_tokens = estimate_tokens(gw, parsed)
             admission = trace.child("admission") if trace is not NOOP else NOOP
@@ -171,7 +210,7 @@ def openai_routes(gw: Gateway) -> list[Route]:
                 raise
             admission.set({"skyroute.tenant": caller.tenant})
             admission.end()
-            route = route_request(gw, parsed, request, caller, est_tokens)
+            route = route_request(gw, parsed, headers, caller, est_tokens)
             if trace is not NOOP:
                 trace.rename(f"{operation.value} {parsed.model}")  # GenAI span naming
                 trace.set(
@@ -189,12 +228,12 @@ def openai_routes(gw: Gateway) -> list[Route]:
         # 128 random bits as uuid4 has, without a UUID object or a getrandom syscall per
         # request: an id names a request, it guards nothing (the Mersenne Twister is
         # seeded from the OS at start and again in a forked child).
-        request_id = (request.headers.get("x-request-id") or f"{random.getrandbits(128):032x}")[
+        request_id = (_text(headers.get(b"x-request-id")) or f"{random.getrandbits(128):032x}")[
             :128
         ]
         upstream_headers = {"content-type": "application/json", "x-request-id": request_id}
         # Capped like the request id: the session map keeps up to 100k of them.
-        session_id = (request.headers.get(SESSION_HEADER) or "")[:128] or None
+        session_id = (_text(headers.get(_SESSION)) or "")[:128] or None
         ctx = RequestContext(caller.tenant, request_id, est_tokens, received, trace, session_id)
         assert gw.forwarder is not None, "the app's lifespan has not started"
         # From here on the forwarder ends the trace, with the request (streams included).
