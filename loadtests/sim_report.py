@@ -4,9 +4,10 @@
 
 Runs ``skyroute simulate`` (in process, the README's settings: ``--scale-fleet auto``,
 client regions 60/20/20) on the Azure conversation trace and its variants (code
-completion, long context, bursts) and on the Mooncake synthetic trace; each with the
-reactive scaler and the achievable reference (a), then with the planner (``decide()``),
-and the conversation trace under the planner at seed 1 too. Writes one table per run:
+completion, long context, bursts, and the original at twice and half its rate) and on
+the Mooncake synthetic trace; each with the reactive scaler and the achievable reference
+(a), then with the planner (``decide()``), and the conversation trace under the planner
+at seed 1 too. Writes one table per run:
 each policy's provisioned cost, SLO attainment, whether it reaches 99 % of the
 attainable attainment, and its gap to (a) and to the valid bound (b), then the verdict
 against the issue's targets. ``--quick`` replays the first 3,000 requests only.
@@ -29,31 +30,33 @@ CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
 MOONCAKE = TRACES / "mooncake_synthetic_trace.jsonl"
 REGIONS = "aws:us-east-1=0.6,gcp:us-central1=0.2,aws:eu-west-1=0.2"
 TARGET = 0.99
-# (label, trace, variant, scaler, seed, search the reference)
-RUNS: tuple[tuple[str, Path, str, str, int, bool], ...] = (
-    ("conversation", CONV, "original", "reactive", 0, True),
-    ("conversation, code completion", CONV, "code", "reactive", 0, True),
-    ("conversation, long context", CONV, "long-context", "reactive", 0, True),
-    ("conversation, bursts x3", CONV, "burst", "reactive", 0, True),
-    ("Mooncake synthetic", MOONCAKE, "original", "reactive", 0, True),
-    ("conversation", CONV, "original", "planner", 0, False),
-    ("conversation", CONV, "original", "planner", 1, False),
-    ("conversation, code completion", CONV, "code", "planner", 0, False),
-    ("conversation, long context", CONV, "long-context", "planner", 0, False),
-    ("conversation, bursts x3", CONV, "burst", "planner", 0, False),
-    ("Mooncake synthetic", MOONCAKE, "original", "planner", 0, False),
+# (label, trace, variant, speedup, scaler, seed, search the reference)
+RUNS: tuple[tuple[str, Path, str, float, str, int, bool], ...] = (
+    ("conversation", CONV, "original", 1.0, "reactive", 0, True),
+    ("conversation, code completion", CONV, "code", 1.0, "reactive", 0, True),
+    ("conversation, long context", CONV, "long-context", 1.0, "reactive", 0, True),
+    ("conversation, bursts x3", CONV, "burst", 1.0, "reactive", 0, True),
+    ("conversation, rate x2", CONV, "original", 2.0, "reactive", 0, True),
+    ("conversation, rate x0.5", CONV, "original", 0.5, "reactive", 0, True),
+    ("Mooncake synthetic", MOONCAKE, "original", 1.0, "reactive", 0, True),
+    ("conversation", CONV, "original", 1.0, "planner", 0, False),
+    ("conversation", CONV, "original", 1.0, "planner", 1, False),
+    ("conversation, code completion", CONV, "code", 1.0, "planner", 0, False),
+    ("conversation, long context", CONV, "long-context", 1.0, "planner", 0, False),
+    ("conversation, bursts x3", CONV, "burst", 1.0, "planner", 0, False),
+    ("Mooncake synthetic", MOONCAKE, "original", 1.0, "planner", 0, False),
 )
 
 
-def simulate(out: Path, trace: Path, variant: str, scaler: str, seed: int, ref: bool,
-             quick: bool) -> dict[str, Any]:  # fmt: skip
-    """One ``skyroute simulate`` run; its result.json."""
+def simulate(out: Path, trace: Path, variant: str, speedup: float, scaler: str, seed: int,
+             ref: bool, quick: bool) -> dict[str, Any]:  # fmt: skip
+    """One ``skyroute simulate`` run (arrivals ``speedup`` times as fast); its result.json."""
     parser = argparse.ArgumentParser(prog="skyroute")
     register(parser.add_subparsers(dest="command", required=True))
     args = [
         "simulate", "--trace", str(trace), "--variant", variant, "--scale-fleet", "auto",
         "--client-regions", REGIONS, "--scaler", scaler, "--seed", str(seed),
-        "--out", str(out), "--no-progress",
+        "--speedup", str(speedup), "--out", str(out), "--no-progress",
     ]  # fmt: skip
     if ref:
         args.append("--reference")
@@ -129,16 +132,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="first 3,000 requests only")
     parser.add_argument("--report", type=Path, default=ROOT / "loadtests" / "sim_report.md")
     args = parser.parse_args()
-    refs: dict[tuple[str, str], dict[str, Any] | None] = {}
+    refs: dict[tuple[str, str, float], dict[str, Any] | None] = {}
     body: list[str] = []
-    for label, trace, variant, scaler, seed, ref in RUNS:
-        out = args.out / f"{trace.stem}-{variant}-{scaler}-{seed}"
+    for label, trace, variant, speedup, scaler, seed, ref in RUNS:
+        out = args.out / f"{trace.stem}-{variant}-x{speedup:g}-{scaler}-{seed}"
         started = time.perf_counter()
-        doc = simulate(out, trace, variant, scaler, seed, ref, args.quick)
+        doc = simulate(out, trace, variant, speedup, scaler, seed, ref, args.quick)
         took = time.perf_counter() - started
         if ref:
-            refs[(str(trace), variant)] = doc.get("reference")
-        reference = refs.get((str(trace), variant))
+            refs[(str(trace), variant, speedup)] = doc.get("reference")
+        reference = refs.get((str(trace), variant, speedup))
         body += [
             f"## {label}: {scaler} scaler, seed {seed}",
             "",
