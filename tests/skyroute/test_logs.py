@@ -9,6 +9,7 @@ import sys
 import orjson
 import pytest
 
+from skyroute import logs
 from skyroute.logs import JsonFormatter, redact
 
 KEY = "sk-proj-Ab12Cd34Ef56Gh78"
@@ -49,6 +50,23 @@ def test_redact_masks_every_secret_in_a_line() -> None:
 )
 def test_redact_leaves_text_without_keys_alone(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    "text", ["7f3a9c0e5b2d41f8a6c3e9b0d4f7a2c1", "123e4567-E89B-12d3-a456-426614174000", ""]
+)
+def test_redact_passes_hex_ids_through_without_remembering_them(text: str) -> None:
+    assert redact(text) == text
+    assert text not in logs._CLEAN
+
+
+@pytest.mark.parametrize(
+    "secret", ["sk-abcdef0123456789", "Bearer abcdef0123456789", "AKIA0123456789ABCDEF"]
+)
+def test_a_secret_among_hex_characters_is_still_masked(secret: str) -> None:
+    masked = redact(f"deadbeef-{secret}-cafe")
+    assert secret not in masked
+    assert "[REDACTED]" in masked
 
 
 @pytest.mark.parametrize("token_text", ["bearer Zm9vYmFyYmF6cXV4", "Bearer ab+cdEFghIJklMN/op=="])
