@@ -90,11 +90,6 @@ def read_headers(request: Request, limit: int) -> dict[bytes, bytes]:
     return found
 
 
-def check_headers(request: Request, limit: int) -> None:
-    """Refuse requests whose headers are over ``limit`` bytes (HeadersTooLarge)."""
-    read_headers(request, limit)
-
-
 def _text(value: bytes | None) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
@@ -253,9 +248,13 @@ def openai_routes(gw: Gateway) -> list[Route]:
     async def embeddings(request: Request) -> Response:
         return await handle(request, Operation.EMBEDDING, "/v1/embeddings")
 
+    async def admit_reader(request: Request) -> Caller:
+        # The model listings: the headers' limit and the key, no tokens charged.
+        headers = read_headers(request, gw.settings.max_header_bytes)
+        return await gw.access.admit(bearer_digest(_text(headers.get(b"authorization"))), 0)
+
     async def models(request: Request) -> Response:
-        check_headers(request, gw.settings.max_header_bytes)
-        caller = await gw.access.admit(bearer_digest(request.headers.get("authorization")), 0)
+        caller = await admit_reader(request)
         data = [
             _model_card(name)
             for name in gw.state.policy.policy.models
@@ -266,8 +265,7 @@ def openai_routes(gw: Gateway) -> list[Route]:
         )
 
     async def model(request: Request) -> Response:
-        check_headers(request, gw.settings.max_header_bytes)
-        caller = await gw.access.admit(bearer_digest(request.headers.get("authorization")), 0)
+        caller = await admit_reader(request)
         name = request.path_params["model"]
         if name not in gw.state.policy.policy.models or not caller.spec.allows_model(name):
             raise ModelNotFound(name)  # a model the caller may not use does not exist for it
