@@ -94,9 +94,12 @@ def logged(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
             sent = Sent(prompt=f"distinctive-prompt-{uuid.uuid4().hex}-aardvark")
             _send_all(fleet, gw, sent)
             result = Logged(gw, sent)
-            routed = ("plain", "stream", "failover")
+            # Access lines are written in batches (up to 0.25 s late: skyroute.logs), so
+            # wait for every request's own line, the refused ones' too: a batch that
+            # holds the routed lines may be written before the refusals are logged.
+            expected = ("plain", "stream", "failover", "unknown_model", "too_many_tokens")
             deadline = time.monotonic() + WAIT_S
-            while not all(result.access(r) for r in routed) and time.monotonic() < deadline:
+            while not all(result.access(r) for r in expected) and time.monotonic() < deadline:
                 time.sleep(0.05)
             yield result
         finally:
