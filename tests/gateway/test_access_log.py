@@ -20,6 +20,9 @@ ACCESS = "skyroute.access"
 # Not shaped like an ``sk-`` key, so the formatter's masking cannot hide a leak of it.
 WRONG_KEY = f"wrongkey{uuid.uuid4().hex}"
 WAIT_S = 10.0
+# The requests that each write one access line: routed ones, and ones refused before routing.
+ROUTED = ("plain", "stream", "failover")
+REFUSED = ("unknown_model", "too_many_tokens")
 
 
 @dataclass
@@ -97,9 +100,10 @@ def logged(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
             # Access lines are written in batches (up to 0.25 s late: skyroute.logs), so
             # wait for every request's own line, the refused ones' too: a batch that
             # holds the routed lines may be written before the refusals are logged.
-            expected = ("plain", "stream", "failover", "unknown_model", "too_many_tokens")
             deadline = time.monotonic() + WAIT_S
-            while not all(result.access(r) for r in expected) and time.monotonic() < deadline:
+            while (
+                not all(result.access(r) for r in ROUTED + REFUSED) and time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
             yield result
         finally:
@@ -114,7 +118,7 @@ def test_requests_get_their_expected_answers(logged: Logged) -> None:
                         "too_many_tokens": 400, "wrong_key": 401}  # fmt: skip
 
 
-@pytest.mark.parametrize("role", ["plain", "stream", "failover"])
+@pytest.mark.parametrize("role", ROUTED)
 def test_routed_request_writes_exactly_one_access_line(logged: Logged, role: str) -> None:
     assert len(logged.access(role)) == 1
 
@@ -151,7 +155,7 @@ def test_failed_over_request_line_names_the_pool_that_answered(logged: Logged) -
     assert line["attempts"] == 2
 
 
-@pytest.mark.parametrize("role", ["unknown_model", "too_many_tokens"])
+@pytest.mark.parametrize("role", REFUSED)
 def test_request_refused_before_routing_writes_one_access_line(logged: Logged, role: str) -> None:
     assert len(logged.access(role)) == 1
 
