@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import re
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
@@ -85,42 +86,105 @@ def _auth(settings: GcpSettings) -> tuple[Credentials | None, ClientOptions | No
     return credentials, options
 
 
-class MigApi(ABC):
-    """One managed instance group: read, resize, delete instances, waiting on operations."""
+@dataclass(frozen=True)
+class _Scope:
+    """What differs between a zonal and a regional group: the keyword that names the
+    location in every call, the clients, and the deleteInstances request."""
 
-    def __init__(self, settings: GcpSettings, project: str, name: str) -> None:
+    keyword: str  # "zone" or "region"
+    igm_client: type[Any]
+    ops_client: type[Any]
+    delete_request: type[Any]
+    delete_field: str
+
+
+_ZONAL = _Scope(
+    "zone",
+    compute_v1.InstanceGroupManagersClient,
+    compute_v1.ZoneOperationsClient,
+    compute_v1.InstanceGroupManagersDeleteInstancesRequest,
+    "instance_group_managers_delete_instances_request_resource",
+)
+_REGIONAL = _Scope(
+    "region",
+    compute_v1.RegionInstanceGroupManagersClient,
+    compute_v1.RegionOperationsClient,
+    compute_v1.RegionInstanceGroupManagersDeleteInstancesRequest,
+    "region_instance_group_managers_delete_instances_request_resource",
+)
+
+
+class MigApi:
+    """One managed instance group: read, resize, delete instances, waiting on operations.
+    Build it as ``ZonalMigApi`` or ``RegionalMigApi``."""
+
+    def __init__(
+        self, settings: GcpSettings, project: str, location: str, name: str, scope: _Scope
+    ) -> None:
         self._settings = settings
         self._project = project
+        self._location = location
         self._name = name
+        self._scope = scope
         self._instances: compute_v1.InstancesClient | None = None
+        creds, opts = _auth(settings)
+        with _boundary("client setup"):
+            self._igm = scope.igm_client(credentials=creds, client_options=opts, transport="rest")
+            self._ops = scope.ops_client(credentials=creds, client_options=opts, transport="rest")
 
     @property
     def where(self) -> str:
         """``project/location/name``, for messages."""
         return f"{self._project}/{self._location}/{self._name}"
 
-    @property
-    @abstractmethod
-    def _location(self) -> str: ...
+    def _at(self, **more: Any) -> dict[str, Any]:
+        # The arguments every group call takes, the location under its scope's keyword.
+        return {
+            "project": self._project,
+            self._scope.keyword: self._location,
+            "instance_group_manager": self._name,
+            "timeout": self._settings.timeout_s,
+            **more,
+        }
 
-    @abstractmethod
-    def _get(self) -> compute_v1.InstanceGroupManager: ...
+    def _get(self) -> compute_v1.InstanceGroupManager:
+        group: compute_v1.InstanceGroupManager = self._igm.get(**self._at())
+        return group
 
-    @abstractmethod
-    def _list(self) -> Iterable[compute_v1.ManagedInstance]: ...
+    def _list(self) -> Iterable[compute_v1.ManagedInstance]:
+        listed: Iterable[compute_v1.ManagedInstance] = self._igm.list_managed_instances(
+            **self._at()
+        )
+        return listed
 
-    @abstractmethod
-    def _resize(self, size: int) -> compute_v1.Operation: ...
+    def _resize(self, size: int) -> compute_v1.Operation:
+        operation: compute_v1.Operation = self._igm.resize_unary(**self._at(size=size))
+        return operation
 
-    @abstractmethod
-    def _delete(self, instances: list[str]) -> compute_v1.Operation: ...
+    def _delete(self, instances: list[str]) -> compute_v1.Operation:
+        body = self._scope.delete_request(
+            instances=instances, skip_instances_on_validation_error=True
+        )
+        operation: compute_v1.Operation = self._igm.delete_instances_unary(
+            **self._at(**{self._scope.delete_field: body})
+        )
+        return operation
 
-    @abstractmethod
-    def _wait_once(self, operation: str) -> compute_v1.Operation: ...
+    def _wait_once(self, operation: str) -> compute_v1.Operation:
+        done: compute_v1.Operation = self._ops.wait(
+            project=self._project,
+            operation=operation,
+            timeout=self._wait_timeout(),
+            **{self._scope.keyword: self._location},
+        )
+        return done
 
-    @abstractmethod
     def close(self) -> None:
-        """Close both clients' HTTP sessions."""
+        """Close the clients' HTTP sessions."""
+        self._igm.transport.close()
+        self._ops.transport.close()
+        if self._instances is not None:
+            self._instances.transport.close()  # type: ignore[no-untyped-call]
 
     def target_size(self) -> int:
         """The group's ``targetSize``."""
@@ -152,10 +216,6 @@ class MigApi(ABC):
                     if nics and nics[0].network_i_p:
                         out[instance.name] = nics[0].network_i_p
         return out
-
-    def _close_instances(self) -> None:
-        if self._instances is not None:
-            self._instances.transport.close()  # type: ignore[no-untyped-call]
 
     def resize(self, size: int) -> None:
         """Set ``targetSize`` and wait until the operation is done."""
@@ -191,137 +251,11 @@ class ZonalMigApi(MigApi):
     """A zonal managed instance group."""
 
     def __init__(self, settings: GcpSettings, project: str, zone: str, name: str) -> None:
-        super().__init__(settings, project, name)
-        self._zone = zone
-        creds, opts = _auth(settings)
-        with _boundary("client setup"):
-            self._igm = compute_v1.InstanceGroupManagersClient(
-                credentials=creds, client_options=opts, transport="rest"
-            )
-            self._ops = compute_v1.ZoneOperationsClient(
-                credentials=creds, client_options=opts, transport="rest"
-            )
-
-    @property
-    def _location(self) -> str:
-        return self._zone
-
-    def _get(self) -> compute_v1.InstanceGroupManager:
-        return self._igm.get(
-            project=self._project,
-            zone=self._zone,
-            instance_group_manager=self._name,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _list(self) -> Iterable[compute_v1.ManagedInstance]:
-        return self._igm.list_managed_instances(
-            project=self._project,
-            zone=self._zone,
-            instance_group_manager=self._name,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _resize(self, size: int) -> compute_v1.Operation:
-        return self._igm.resize_unary(
-            project=self._project,
-            zone=self._zone,
-            instance_group_manager=self._name,
-            size=size,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _delete(self, instances: list[str]) -> compute_v1.Operation:
-        body = compute_v1.InstanceGroupManagersDeleteInstancesRequest(
-            instances=instances, skip_instances_on_validation_error=True
-        )
-        return self._igm.delete_instances_unary(
-            project=self._project,
-            zone=self._zone,
-            instance_group_manager=self._name,
-            instance_group_managers_delete_instances_request_resource=body,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _wait_once(self, operation: str) -> compute_v1.Operation:
-        return self._ops.wait(
-            project=self._project,
-            zone=self._zone,
-            operation=operation,
-            timeout=self._wait_timeout(),
-        )
-
-    def close(self) -> None:
-        self._igm.transport.close()  # type: ignore[no-untyped-call]
-        self._ops.transport.close()  # type: ignore[no-untyped-call]
-        self._close_instances()
+        super().__init__(settings, project, zone, name, _ZONAL)
 
 
 class RegionalMigApi(MigApi):
     """A regional managed instance group."""
 
     def __init__(self, settings: GcpSettings, project: str, region: str, name: str) -> None:
-        super().__init__(settings, project, name)
-        self._region = region
-        creds, opts = _auth(settings)
-        with _boundary("client setup"):
-            self._igm = compute_v1.RegionInstanceGroupManagersClient(
-                credentials=creds, client_options=opts, transport="rest"
-            )
-            self._ops = compute_v1.RegionOperationsClient(
-                credentials=creds, client_options=opts, transport="rest"
-            )
-
-    @property
-    def _location(self) -> str:
-        return self._region
-
-    def _get(self) -> compute_v1.InstanceGroupManager:
-        return self._igm.get(
-            project=self._project,
-            region=self._region,
-            instance_group_manager=self._name,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _list(self) -> Iterable[compute_v1.ManagedInstance]:
-        return self._igm.list_managed_instances(
-            project=self._project,
-            region=self._region,
-            instance_group_manager=self._name,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _resize(self, size: int) -> compute_v1.Operation:
-        return self._igm.resize_unary(
-            project=self._project,
-            region=self._region,
-            instance_group_manager=self._name,
-            size=size,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _delete(self, instances: list[str]) -> compute_v1.Operation:
-        body = compute_v1.RegionInstanceGroupManagersDeleteInstancesRequest(
-            instances=instances, skip_instances_on_validation_error=True
-        )
-        return self._igm.delete_instances_unary(
-            project=self._project,
-            region=self._region,
-            instance_group_manager=self._name,
-            region_instance_group_managers_delete_instances_request_resource=body,
-            timeout=self._settings.timeout_s,
-        )
-
-    def _wait_once(self, operation: str) -> compute_v1.Operation:
-        return self._ops.wait(
-            project=self._project,
-            region=self._region,
-            operation=operation,
-            timeout=self._wait_timeout(),
-        )
-
-    def close(self) -> None:
-        self._igm.transport.close()  # type: ignore[no-untyped-call]
-        self._ops.transport.close()  # type: ignore[no-untyped-call]
-        self._close_instances()
+        super().__init__(settings, project, region, name, _REGIONAL)
