@@ -311,6 +311,20 @@ class Forwarder:
             )
         return resp
 
+    def _client_error(
+        self, status: int, body: bytes, attempt: Attempt, route: RouteRequest, ctx: RequestContext
+    ) -> Response:
+        # A client error (bad parameters, context too long) is relayed as it came; the
+        # pool that answered it is healthy.
+        self.state.outlier.on_success(attempt.pool.id, time.time())
+        self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{status}")
+        return Response(
+            body,
+            status_code=status,
+            media_type=_JSON,
+            headers=attempt.response_headers(0.0, ctx.request_id),
+        )
+
     async def _unary(
         self,
         parsed: ParsedRequest,
@@ -333,15 +347,7 @@ class Forwarder:
             self.state.release(pool_id, attempt.replica)
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         if resp.status != 200:
-            # A client error (bad parameters, context too long): the pool is healthy.
-            self.state.outlier.on_success(pool_id, time.time())
-            self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
-            return Response(
-                body,
-                status_code=resp.status,
-                media_type=_JSON,
-                headers=attempt.response_headers(0.0, ctx.request_id),
-            )
+            return self._client_error(resp.status, body, attempt, route, ctx)
         try:
             prompt, completion, model = checked_usage(body, parsed.operation, pool_id)
         except UpstreamError as exc:
@@ -399,14 +405,7 @@ class Forwarder:
             finally:
                 resp.close()
                 self.state.release(pool_id, attempt.replica)
-            self.state.outlier.on_success(pool_id, time.time())
-            self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{resp.status}")
-            return Response(
-                body,
-                status_code=resp.status,
-                media_type=_JSON,
-                headers=attempt.response_headers(0.0, ctx.request_id),
-            )
+            return self._client_error(resp.status, body, attempt, route, ctx)
         watch = StreamWatch()
         try:
             # Wait for the first chunk before answering, so that a failure here can
