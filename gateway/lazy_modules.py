@@ -1,11 +1,11 @@
 """Modules a gateway loads after it is ready, without stalling its event loop.
 
 A serving process imports at start only what every request needs (STYLE: a server
-process imports only what it serves). What some process needs later (the store's
-SQLAlchemy, dnspython for a policy with DNS pools) is imported by ``import_off_loop``
-in a worker thread: the import still takes the GIL in turns, but the event loop gets
-it back every switch interval (5 ms) instead of waiting for the whole import (170 ms
-for SQLAlchemy on a fast core).
+process imports only what it serves). What some process needs later (the store and
+its drivers, Alembic and SQLAlchemy when a schema must change, dnspython for a policy
+with DNS pools) is imported by ``import_off_loop`` in a worker thread: the import still
+takes the GIL in turns, but the event loop gets it back every switch interval (5 ms)
+instead of waiting for the whole import (170 ms for SQLAlchemy on a fast core).
 """
 
 from __future__ import annotations

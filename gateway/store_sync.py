@@ -2,8 +2,9 @@
 the start-up path.
 
 - The store opens after the gateway is ready (``run``, a background task of the app):
-  its modules and SQLAlchemy are imported off the event loop (``gateway.lazy_modules``;
-  they were a quarter of a worker's start-up), then the schema is migrated and Redis
+  its modules and drivers are imported off the event loop (``gateway.lazy_modules``;
+  with SQLAlchemy they were a quarter of a worker's start-up; SQLAlchemy and Alembic now
+  come only when the schema must change), then the schema is migrated and Redis
   is refilled from the store if it lost the access tables (``store.restore``). A store
   that does not answer is logged and retried in the background: the gateway serves
   from Redis meanwhile.
@@ -21,7 +22,7 @@ With ``external=True`` (``SKYROUTE_STORE_WORKER=external``) the restore loop and
 usage consumer run in their own process (``skyroute store-worker``, this same class
 with ``external=False``), not in every gateway replica. The gateway then opens the
 store only when a caller needs it (an admin call, an unknown key's look-up), so an idle
-replica never loads SQLAlchemy (about 22 MB), and no ledger writes share its CPU. It
+replica never loads the store's modules and drivers, and no ledger writes share its CPU. It
 still watches for a refill it did not do itself (``AccessRefill.filled`` once a
 second, and at once when poked): after one, it republishes what only it knows (the
 policy's tenant limits, the bootstrap key) through ``on_restored``.
@@ -65,7 +66,7 @@ STORE_OPEN_WAIT_S = 10.0
 # External mode: how soon after a failed opening a caller may start another (s), so that
 # requests with unknown keys cannot turn a database outage into an opening per request.
 _RETRY_OPEN_S = 1.0
-# What opening the store imports (SQLAlchemy and the rest of ``store/`` come with them).
+# What opening the store imports (the rest of ``store/`` comes with them).
 _STORE_MODULES = ("store.restore", "store.migrate", "store.consumer")
 
 
@@ -317,7 +318,7 @@ class StoreSync:
         self._opening.add_done_callback(lambda _: self._opened.set())
         # Shielded: a shutdown lets the opening finish (``close``) rather than cut a
         # migration or a connection in half, as it let the start-up finish when the
-        # store opened there. (A cancelled SQLAlchemy call on aiosqlite, cancelled again
+        # store opened there. (A call on aiosqlite cancelled, then cancelled again
         # while it closes the connection, can leave a task waiting forever on the
         # connection's stopped thread, and the process with it.)
         if not await asyncio.shield(self._opening) or self._stopping:
@@ -339,7 +340,7 @@ class StoreSync:
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the restore check and the usage consumer between steps, waiting up to
         ``timeout_s`` for the steps under way; ``run`` then returns. Call before
-        cancelling ``run``'s task: cancelling a SQLAlchemy call on aiosqlite mid-way,
+        cancelling ``run``'s task: cancelling a call on aiosqlite mid-way,
         then again as it closes its connection, can leave a task waiting forever on the
         connection's stopped thread, and the process with it. Idempotent."""
         self._stopping = True

@@ -1,4 +1,5 @@
-"""The async engine on the store's database (which database: ``store.url``)."""
+"""SQLAlchemy's async engine on the store's database, for the migrations
+(``store.migrate``) only: the store itself runs on the drivers (``store.database``)."""
 
 from __future__ import annotations
 

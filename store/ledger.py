@@ -4,9 +4,9 @@
 (INSERT ... ON CONFLICT (idempotency_id) DO NOTHING), and adds to ``spend`` exactly
 the rows it inserted. Replaying a batch after a crash therefore changes nothing.
 
-The rows go to the database as they are (``LedgerRow`` tuples), not through SQLAlchemy's
-per-row parameter processing, which cost the consumer ~12 us of CPU a row on either
-database. Which rows a batch inserted is learnt two ways. PostgreSQL takes the batch as
+The rows go to the database as they are (``LedgerRow`` tuples), not through an ORM's
+per-row parameter processing (SQLAlchemy's cost the consumer ~12 us of CPU a row on
+either database). Which rows a batch inserted is learnt two ways. PostgreSQL takes the batch as
 one array per column (``unnest``: one statement, prepared once, whatever the batch's
 size) and returns the ids it inserted (``RETURNING``). SQLite cannot return rows from
 an ``executemany``; there, the ids already stored are looked up first (one statement:
@@ -19,19 +19,14 @@ being inserted.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Sequence
-from typing import Any
 
 import orjson
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from base.errors import StoreError
-from store.dialect import upsert_insert_for
+from store.database import Connection, Database
 from store.errors import store_errors
 from store.records import LedgerRow
-from store.schema import spend, usage_ledger
 from store.usage_rows import spend_deltas
 
 GROUPS = ("pool", "model", "region", "provider", "total")
@@ -41,8 +36,8 @@ METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
 class Ledger:
     """The usage ledger of one database."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     async def write(self, rows: Sequence[LedgerRow]) -> list[LedgerRow]:
         """Store ``rows`` and their spend in one transaction; returns the rows that were
@@ -59,37 +54,29 @@ class Ledger:
             key=lambda r: r.idempotency_id,
         )
         with store_errors("write usage"):
-            async with self.engine.begin() as conn:
-                if conn.dialect.name == "sqlite":
+            async with self.db.transaction() as conn:
+                if self.db.dialect == "sqlite":
                     new = await _insert_sqlite(conn, ordered)
                 else:
                     new = await _insert_postgres(conn, ordered)
-                add_spend = _add_spend(conn.dialect.name)
                 deltas = sorted(spend_deltas(new).items())
                 if deltas:
                     # One executemany for every (tenant, period), in key order (the lock
                     # order again): one trip to the driver, not one per period.
-                    await conn.execute(
-                        add_spend,
-                        [
-                            {"tenant": t, "period": p, "cost_nusd": c, "requests": n}
-                            for (t, p), (c, n) in deltas
-                        ],
-                    )
+                    await conn.executemany(_ADD_SPEND, [(t, p, c, n) for (t, p), (c, n) in deltas])
         return new
 
     async def spend(self, periods: Collection[str]) -> dict[tuple[str, str], int]:
         """(tenant, period) -> nano-USD spent, for every tenant in the given period ids."""
+        wanted = list(periods)
+        if not wanted:
+            return {}
+        marks = ", ".join(f"${i}" for i in range(1, len(wanted) + 1))
+        query = f"SELECT tenant, period, cost_nusd FROM spend WHERE period IN ({marks})"
         with store_errors("read spend"):
-            async with self.engine.connect() as conn:
-                rows = (
-                    await conn.execute(
-                        sa.select(spend.c.tenant, spend.c.period, spend.c.cost_nusd).where(
-                            spend.c.period.in_(list(periods))
-                        )
-                    )
-                ).all()
-        return {(r.tenant, r.period): int(r.cost_nusd) for r in rows}
+            async with self.db.connection() as conn:
+                rows = await conn.fetch(query, *wanted)
+        return {(tenant, period): int(cost) for tenant, period, cost in rows}
 
     async def totals(
         self, tenant: str, from_ms: int, to_ms: int, group_by: str
@@ -99,26 +86,18 @@ class Ledger:
         completion_tokens, cost_nusd}. Raises ValueError for another ``group_by``."""
         if group_by not in GROUPS:
             raise ValueError(f"group_by must be one of {GROUPS}")
-        sums = (
-            sa.func.count().label("requests"),
-            sa.func.coalesce(sa.func.sum(usage_ledger.c.prompt_tokens), 0),
-            sa.func.coalesce(sa.func.sum(usage_ledger.c.completion_tokens), 0),
-            sa.func.coalesce(sa.func.sum(usage_ledger.c.cost_nusd), 0),
+        # PostgreSQL refuses GROUP BY a constant: the total is one aggregate row,
+        # labelled here. ``group_by`` is one of GROUPS, never the caller's text.
+        column, grouping = ("'all'", "") if group_by == "total" else (group_by, group_by)
+        query = (
+            f"SELECT {column}, count(*), coalesce(sum(prompt_tokens), 0),"
+            " coalesce(sum(completion_tokens), 0), coalesce(sum(cost_nusd), 0)"
+            " FROM usage_ledger WHERE tenant = $1 AND ts_ms >= $2 AND ts_ms < $3"
+            + (f" GROUP BY {grouping}" if grouping else "")
         )
-        where = (
-            usage_ledger.c.tenant == tenant,
-            usage_ledger.c.ts_ms >= from_ms,
-            usage_ledger.c.ts_ms < to_ms,
-        )
-        if group_by == "total":
-            # PostgreSQL refuses GROUP BY a constant: one aggregate row, labelled here.
-            query = sa.select(sa.literal("all"), *sums).where(*where)
-        else:
-            column = usage_ledger.c[group_by]
-            query = sa.select(column, *sums).where(*where).group_by(column)
         with store_errors("read usage"):
-            async with self.engine.connect() as conn:
-                rows = (await conn.execute(query)).all()
+            async with self.db.connection() as conn:
+                rows = await conn.fetch(query, tenant, from_ms, to_ms)
         return {
             str(r[0]): dict(zip(METRICS, (int(v) for v in r[1:]), strict=True))
             for r in rows
@@ -128,25 +107,17 @@ class Ledger:
     async def count(self) -> int:
         """Rows in the ledger."""
         with store_errors("count usage"):
-            async with self.engine.connect() as conn:
-                count = await conn.scalar(sa.select(sa.func.count()).select_from(usage_ledger))
-        return int(count or 0)
+            async with self.db.connection() as conn:
+                rows = await conn.fetch("SELECT count(*) FROM usage_ledger")
+        return int(rows[0][0])
 
 
-@functools.cache
-def _add_spend(dialect: str) -> Any:
-    # Built once per dialect: constructing an upsert and deriving its cache key cost
-    # about a millisecond of CPU per batch, more than SQLite's work on a small one.
-    stmt = upsert_insert_for(dialect)(spend)
-    return stmt.on_conflict_do_update(
-        index_elements=[spend.c.tenant, spend.c.period],
-        set_={
-            "cost_nusd": spend.c.cost_nusd + stmt.excluded.cost_nusd,
-            "requests": spend.c.requests + stmt.excluded.requests,
-        },
-    )
-
-
+_ADD_SPEND = (
+    "INSERT INTO spend (tenant, period, cost_nusd, requests) VALUES ($1, $2, $3, $4)"
+    " ON CONFLICT (tenant, period) DO UPDATE SET"
+    " cost_nusd = spend.cost_nusd + excluded.cost_nusd,"
+    " requests = spend.requests + excluded.requests"
+)
 _COLUMNS = ", ".join(LedgerRow._fields)
 # The type of each column's array, in LedgerRow's order.
 _PG_ARRAYS = ("text",) * 7 + ("bigint",) * 3 + ("text", "bigint")
@@ -156,29 +127,31 @@ _PG_INSERT = (
     + ") ON CONFLICT (idempotency_id) DO NOTHING RETURNING idempotency_id"
 )
 _SQLITE_STORED = (
-    "SELECT value FROM json_each(?) JOIN usage_ledger ON usage_ledger.idempotency_id = value"
+    "SELECT value FROM json_each($1) JOIN usage_ledger ON usage_ledger.idempotency_id = value"
 )
 _SQLITE_INSERT = (
-    f"INSERT INTO usage_ledger ({_COLUMNS}) VALUES ({', '.join('?' * len(LedgerRow._fields))})"
+    f"INSERT INTO usage_ledger ({_COLUMNS}) VALUES "
+    f"({', '.join(f'${i}' for i in range(1, len(LedgerRow._fields) + 1))})"
     " ON CONFLICT (idempotency_id) DO NOTHING"
 )
 
 
-async def _insert_postgres(conn: AsyncConnection, ordered: list[LedgerRow]) -> list[LedgerRow]:
+async def _insert_postgres(conn: Connection, ordered: list[LedgerRow]) -> list[LedgerRow]:
     columns = tuple(list(values) for values in zip(*ordered, strict=True))
-    inserted = set((await conn.exec_driver_sql(_PG_INSERT, columns)).scalars())
+    inserted = {row[0] for row in await conn.fetch(_PG_INSERT, *columns)}
     return [r for r in ordered if r.idempotency_id in inserted]
 
 
-async def _insert_sqlite(conn: AsyncConnection, ordered: list[LedgerRow]) -> list[LedgerRow]:
+async def _insert_sqlite(conn: Connection, ordered: list[LedgerRow]) -> list[LedgerRow]:
     ids = orjson.dumps([r.idempotency_id for r in ordered]).decode()
-    stored = set((await conn.exec_driver_sql(_SQLITE_STORED, (ids,))).scalars())
+    stored = {row[0] for row in await conn.fetch(_SQLITE_STORED, ids)}
     new = [r for r in ordered if r.idempotency_id not in stored] if stored else ordered
     if new:
-        result = await conn.exec_driver_sql(_SQLITE_INSERT, new)
-        if result.rowcount != len(new):
+        count = await conn.executemany(_SQLITE_INSERT, new)
+        if count != len(new):
+            missing = len(new) - (count or 0)
             raise StoreError(
-                f"write usage failed: {len(new) - result.rowcount} of {len(new)} rows were "
+                f"write usage failed: {missing} of {len(new)} rows were "
                 "stored by another writer meanwhile; rolled back, to be retried"
             )
     return new

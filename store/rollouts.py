@@ -10,21 +10,38 @@ from __future__ import annotations
 
 import json
 
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from live.rollout_table import RolloutRecord
 from router.rollout import Stage, Transition
-from store.dialect import upsert_insert
+from store.database import Database
 from store.errors import store_errors
-from store.schema import rollout_transitions, rollouts
+
+_REVISION = "SELECT revision FROM rollouts WHERE id = $1"
+_INSERT = (
+    "INSERT INTO rollouts (id, model, record, revision, stage, created_ms, updated_ms)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING"
+)
+_UPDATE = (
+    "UPDATE rollouts SET model = $2, record = $3, revision = $4, stage = $5,"
+    " created_ms = $6, updated_ms = $7 WHERE id = $1 AND revision {guard} $8"
+)
+_LOG = (
+    "INSERT INTO rollout_transitions (rollout_id, revision, at_ms, from_stage, to_stage,"
+    " step, reason, evidence) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    " ON CONFLICT (rollout_id, revision) DO NOTHING"
+)
+_LATEST = "SELECT model, record FROM rollouts ORDER BY created_ms, id"
+_HISTORY = (
+    "SELECT t.rollout_id, t.revision, t.at_ms, t.from_stage, t.to_stage, t.step, t.reason,"
+    " t.evidence FROM rollout_transitions t JOIN rollouts r ON r.id = t.rollout_id"
+    " WHERE r.model = $1 ORDER BY t.at_ms DESC, t.revision DESC LIMIT $2"
+)
 
 
 class RolloutStore:
     """Rollout records and transitions in one database."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     async def save(
         self,
@@ -42,84 +59,55 @@ class RolloutStore:
         revision (a refill). Returns whether the record was written; saving the same
         record and transition again writes nothing."""
         r = record.rollout
-        row = {
-            "id": record.id, "model": r.model, "record": record.to_json(),
-            "revision": record.revision, "stage": str(r.stage),
-            "created_ms": round(record.created_s * 1000),
-            "updated_ms": round(record.updated_s * 1000),
-        }  # fmt: skip
+        row = (
+            record.id, r.model, record.to_json(), record.revision, str(r.stage),
+            round(record.created_s * 1000), round(record.updated_s * 1000),
+        )  # fmt: skip
         with store_errors("save rollout"):
-            async with self.engine.begin() as conn:
-                exists = await conn.scalar(
-                    sa.select(rollouts.c.revision).where(rollouts.c.id == record.id)
-                )
-                if exists is None:
-                    stmt = upsert_insert(conn, rollouts).values(**row)
-                    result = await conn.execute(stmt.on_conflict_do_nothing())
+            async with self.db.transaction() as conn:
+                exists = await conn.fetch(_REVISION, record.id)
+                if not exists:
+                    written = await conn.execute(_INSERT, *row)
+                elif expected_revision is not None:
+                    written = await conn.execute(_UPDATE.format(guard="="), *row, expected_revision)
                 else:
-                    guard = (
-                        rollouts.c.revision == expected_revision
-                        if expected_revision is not None
-                        else rollouts.c.revision < record.revision
-                    )
-                    result = await conn.execute(
-                        sa.update(rollouts)
-                        .where(rollouts.c.id == record.id, guard)
-                        .values({k: v for k, v in row.items() if k != "id"})
-                    )
-                written = bool(result.rowcount)
+                    written = await conn.execute(_UPDATE.format(guard="<"), *row, record.revision)
                 if written and transition is not None:
-                    t = upsert_insert(conn, rollout_transitions).values(
-                        rollout_id=record.id, revision=record.revision,
-                        at_ms=round(transition.at_s * 1000),
-                        from_stage=str(transition.from_stage), to_stage=str(transition.to_stage),
-                        step=transition.step, reason=transition.reason,
-                        evidence=json.dumps(list(transition.evidence)),
+                    await conn.execute(
+                        _LOG, record.id, record.revision, round(transition.at_s * 1000),
+                        str(transition.from_stage), str(transition.to_stage), transition.step,
+                        transition.reason, json.dumps(list(transition.evidence)),
                     )  # fmt: skip
-                    await conn.execute(t.on_conflict_do_nothing())
-        return written
+        return bool(written)
 
     async def latest(self) -> dict[str, RolloutRecord]:
         """Each model's newest rollout (by creation), finished ones included."""
         with store_errors("read rollouts"):
-            async with self.engine.connect() as conn:
-                rows = (
-                    await conn.execute(
-                        sa.select(rollouts.c.model, rollouts.c.record).order_by(
-                            rollouts.c.created_ms, rollouts.c.id
-                        )
-                    )
-                ).all()
+            async with self.db.connection() as conn:
+                rows = await conn.fetch(_LATEST)
         out: dict[str, RolloutRecord] = {}
-        for row in rows:
-            out[row.model] = RolloutRecord.from_json(row.record)
+        for model, record in rows:
+            out[model] = RolloutRecord.from_json(record)
         return out
 
     async def history(self, model: str, limit: int = 50) -> list[tuple[str, int, Transition]]:
         """The newest ``limit`` transitions of ``model``'s rollouts, newest first, as
         (rollout id, revision, transition)."""
-        t, r = rollout_transitions, rollouts
         with store_errors("read rollout history"):
-            async with self.engine.connect() as conn:
-                rows = (
-                    await conn.execute(
-                        sa.select(t)
-                        .join(r, r.c.id == t.c.rollout_id)
-                        .where(r.c.model == model)
-                        .order_by(t.c.at_ms.desc(), t.c.revision.desc())
-                        .limit(limit)
-                    )
-                ).all()
-        return [(row.rollout_id, row.revision, _transition(row)) for row in rows]
-
-
-def _transition(row: sa.Row[tuple[object, ...]]) -> Transition:
-    m = row._mapping
-    return Transition(
-        at_s=int(str(m["at_ms"])) / 1000,
-        from_stage=Stage(m["from_stage"]),
-        to_stage=Stage(m["to_stage"]),
-        step=int(str(m["step"])),
-        reason=str(m["reason"]),
-        evidence=tuple(json.loads(str(m["evidence"]))),
-    )
+            async with self.db.connection() as conn:
+                rows = await conn.fetch(_HISTORY, model, limit)
+        return [
+            (
+                rollout_id,
+                int(revision),
+                Transition(
+                    at_s=int(at_ms) / 1000,
+                    from_stage=Stage(from_stage),
+                    to_stage=Stage(to_stage),
+                    step=int(step),
+                    reason=str(reason),
+                    evidence=tuple(json.loads(evidence)),
+                ),
+            )
+            for rollout_id, revision, at_ms, from_stage, to_stage, step, reason, evidence in rows
+        ]

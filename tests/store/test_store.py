@@ -103,8 +103,8 @@ async def test_rows_another_writer_stores_meanwhile_fail_the_batch_and_commit_no
     async with opened(db_url) as store:
         # A trigger plays the other writer: storing row 1 stores row 2 as well, after
         # the batch has looked its ids up and found neither.
-        async with store.engine.begin() as conn:
-            await conn.exec_driver_sql(
+        async with store.db.transaction() as conn:
+            await conn.execute(
                 "CREATE TRIGGER other_writer AFTER INSERT ON usage_ledger"
                 " WHEN NEW.request_id = 'req1' BEGIN"
                 " INSERT INTO usage_ledger (idempotency_id, request_id, tenant, model, pool,"
@@ -116,8 +116,8 @@ async def test_rows_another_writer_stores_meanwhile_fail_the_batch_and_commit_no
             await store.ledger.write([row(1), row(2)])
         assert await store.ledger.count() == 0
         assert await store.ledger.spend(period_ids(TS_MS / 1000)) == {}
-        async with store.engine.begin() as conn:
-            await conn.exec_driver_sql("DROP TRIGGER other_writer")
+        async with store.db.transaction() as conn:
+            await conn.execute("DROP TRIGGER other_writer")
         assert await store.ledger.write([row(1), row(2)]) == [row(1), row(2)]
 
 
