@@ -202,6 +202,14 @@ class SqliteDatabase:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
+        if self._path == ":memory:":
+            # Every connection to ":memory:" is a database of its own: reads share the
+            # writer's.
+            async with self._write_lock:
+                if self._writer is None:
+                    self._writer = await self._connect()
+                yield _SqliteConnection(self._writer)
+            return
         async with self._read_lock:
             if self._reader is None:
                 self._reader = await self._connect()
