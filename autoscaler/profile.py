@@ -1,12 +1,18 @@
 """Measure a goodput profile against a running OpenAI-compatible engine.
 
-At each batch size ``c`` the measurer keeps ``c`` streaming chat requests in flight and
+At each level ``c`` the measurer keeps ``c`` streaming chat requests in flight and
 records every request's TTFT and TPOT (time between its first and last token over the
 tokens in between). The largest ``c`` whose 90th-percentile TPOT meets the target is
-found by doubling, then bisection; goodput is ``c × 1000 / mean TPOT`` output tokens/s
-(DistServe's sense: only work that met the SLO counts). Prefill speed comes from the
-TTFT difference between a short and a long prompt at ``c = 1``. The result is written in
-the policy's ``goodput`` format.
+found by doubling, then bisection. Requests in flight are not sequences in the batch: a
+request waiting for its prefill (or for a client too busy to send the next one) is not
+decoding, and the TPOT of those that are is then lower than ``c`` sequences would give.
+So the batch reported is the level's median, over its requests, of the requests
+decoding at the middle of each one's decode (``c`` when every request decodes beside
+the others, fewer when prefill queues or the client lags), and goodput is that batch
+``× 1000 / mean TPOT`` output tokens/s (DistServe's sense: only work that met the SLO
+counts). A loaded machine can thus make the figures smaller, never larger. Prefill speed
+comes from the TTFT difference between a short and a long prompt at ``c = 1``. The result
+is written in the policy's ``goodput`` format.
 """
 
 from __future__ import annotations
@@ -24,23 +30,29 @@ __all__ = ["LevelResult", "MeasuredProfile", "RequestTiming", "measure_profile"]
 
 @dataclass(frozen=True, slots=True)
 class RequestTiming:
-    """One streamed request: TTFT and TPOT (ms), prompt and output tokens."""
+    """One streamed request: TTFT and TPOT (ms), prompt and output tokens, and when its
+    first and last tokens arrived (``time.perf_counter`` s)."""
 
     ttft_ms: float
     tpot_ms: float
     prompt_tokens: int
     output_tokens: int
+    first_s: float = 0.0
+    last_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class LevelResult:
-    """Measurements at one batch size: p90 and mean TPOT (ms), median TTFT (ms)."""
+    """Measurements at one level of requests in flight: p90 and mean TPOT (ms), median
+    TTFT (ms), and ``decoding``: the median number of requests decoding together (see
+    the module docstring)."""
 
     concurrency: int
     tpot_p90_ms: float
     tpot_mean_ms: float
     ttft_p50_ms: float
     requests: int
+    decoding: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class MeasuredProfile:
     tpot_ms: float
     slo_tpot_ms: float
     levels: tuple[LevelResult, ...]
+    in_flight: int = 0  # the level the batch was measured at (requests in flight)
 
     def snippet(self, model: str, url: str) -> str:
         """The profile as a policy YAML snippet, with how it was measured."""
@@ -94,8 +107,19 @@ async def _one(
     tokens = int(usage.get("completion_tokens", 0))
     tpot = (last - first) * 1000.0 / (tokens - 1) if tokens > 1 else float("nan")
     return RequestTiming(
-        (first - started) * 1000.0, tpot, int(usage.get("prompt_tokens", 0)), tokens
+        (first - started) * 1000.0, tpot, int(usage.get("prompt_tokens", 0)), tokens, first, last
     )
+
+
+def _decoding(timings: list[RequestTiming]) -> float:
+    """Median over requests of how many were decoding at the middle of each one's decode."""
+    first = np.asarray([t.first_s for t in timings])
+    last = np.asarray([t.last_s for t in timings])
+    middle = (first + last) / 2.0
+    together = ((first[None, :] <= middle[:, None]) & (middle[:, None] <= last[None, :])).sum(
+        axis=1
+    )
+    return float(np.median(together))
 
 
 async def _level(
@@ -109,7 +133,12 @@ async def _level(
     tpot = tpot[np.isfinite(tpot)]
     ttft = np.asarray([t.ttft_ms for t in timings])
     return LevelResult(
-        c, float(np.percentile(tpot, 90)), float(tpot.mean()), float(np.median(ttft)), len(timings)
+        c,
+        float(np.percentile(tpot, 90)),
+        float(tpot.mean()),
+        float(np.median(ttft)),
+        len(timings),
+        _decoding(timings),
     )
 
 
@@ -155,11 +184,13 @@ async def measure_profile(
     extra_tokens = long.prompt_tokens - short.prompt_tokens
     extra_ms = long.ttft_ms - short.ttft_ms
     prefill = extra_tokens * 1000.0 / extra_ms if extra_ms > 0 else float("inf")
+    batch = max(1, min(good, int(best.decoding)))
     return MeasuredProfile(
-        tokens_per_s=good * 1000.0 / best.tpot_mean_ms,
+        tokens_per_s=batch * 1000.0 / best.tpot_mean_ms,
         prefill_tokens_per_s=prefill,
-        max_concurrency=good,
+        max_concurrency=batch,
         tpot_ms=seen[1].tpot_mean_ms,
         slo_tpot_ms=slo_tpot_ms,
         levels=tuple(seen[c] for c in sorted(seen)),
+        in_flight=good,
     )
