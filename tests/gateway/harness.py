@@ -20,6 +20,8 @@ import yaml
 from skyroute.embedded_redis import free_port
 
 API_KEY = "sk-test-client-0123456789abcdef"
+# How many ports ``Gateway.start`` tries when the one it picked is taken before it binds.
+BIND_TRIES = 3
 ADMIN_TOKEN = "sk-test-admin-0123456789abcdef"
 
 
@@ -122,6 +124,37 @@ class Gateway:
         return self.policy.parent / f"store-{self.prefix.replace(':', '-')}.db"
 
     def start(self) -> Gateway:
+        """Start the process and wait until ``/readyz`` answers. A port another process
+        took between ``free_port()`` and the bind is retried on a new one (a few times);
+        a process that exits before it is ready for another reason raises at once."""
+        for _ in range(BIND_TRIES):
+            self._launch()
+            try:
+                # Generous: on a loaded 2-core machine a start-up can take tens of seconds.
+                wait_for(self._ready_or_gone, f"{self.base}/readyz to come up", timeout_s=60.0)
+            except TimeoutError:
+                self.stop()  # never leak a process that did not come up
+                raise
+            assert self.proc is not None and self.log is not None
+            if self.proc.poll() is None:
+                return self
+            if b"address already in use" not in self.log.read_bytes():
+                raise RuntimeError(
+                    f"gateway exited with {self.proc.returncode} before it was ready; "
+                    f"see {self.log}"
+                )
+            self.port = free_port()
+        raise RuntimeError(f"gateway found its port taken {BIND_TRIES} times")
+
+    def _ready_or_gone(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            return True
+        try:
+            return httpx.get(f"{self.base}/readyz", timeout=0.5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _launch(self) -> None:
         env = {
             **os.environ,
             "SKYROUTE_REDIS_URL": self.redis_url,
@@ -147,13 +180,6 @@ class Gateway:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        try:
-            # Generous: on a loaded 2-core machine a start-up can take tens of seconds.
-            wait_until(f"{self.base}/readyz", timeout_s=60.0)
-        except TimeoutError:
-            self.stop()  # never leak a process that did not come up
-            raise
-        return self
 
     def stop(self) -> int | None:
         if self.proc is None:
