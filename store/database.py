@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from base.errors import StoreError
-from store.errors import DRIVER_ERRORS
 from store.url import POSTGRES_DRIVER, SQLITE_DRIVER, check_database_url
 
 if TYPE_CHECKING:
@@ -31,6 +30,14 @@ if TYPE_CHECKING:
 
 # How long a SQLite writer waits for another one's lock before failing (ms).
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# Every SQLite connection's settings (the migrations' too, ``store.engine``): WAL lets
+# readers (GET /admin/usage, restore) run while the consumer writes, and the busy
+# timeout makes a second writer wait instead of failing at once.
+SQLITE_PRAGMAS = (
+    "PRAGMA journal_mode=WAL",
+    f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+    "PRAGMA synchronous=NORMAL",
+)
 # PostgreSQL connections a store keeps (the consumer, restore, admin calls).
 PG_MAX_CONNECTIONS = 10
 _NUMBERED = re.compile(r"\$(\d+)")
@@ -133,7 +140,6 @@ class PostgresDatabase:
             if self._pool is None:
                 import asyncpg  # noqa: PLC0415 - a SQLite store never loads it
 
-                DRIVER_ERRORS.add(asyncpg.PostgresError, asyncpg.InterfaceError)
                 try:
                     self._pool = await asyncpg.create_pool(
                         self._dsn, min_size=0, max_size=PG_MAX_CONNECTIONS
@@ -196,11 +202,8 @@ class SqliteDatabase:
         # Autocommit (isolation_level None): transactions are begun explicitly below.
         conn = await aiosqlite.connect(self._path, isolation_level=None)
         try:
-            # WAL lets readers (GET /admin/usage, restore) run while the consumer
-            # writes, and the busy timeout makes a second writer wait instead of failing.
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-            await conn.execute("PRAGMA synchronous=NORMAL")
+            for pragma in SQLITE_PRAGMAS:
+                await conn.execute(pragma)
         except BaseException:
             await conn.close()
             raise

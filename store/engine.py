@@ -9,19 +9,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from base.errors import StoreError
+from store.database import SQLITE_PRAGMAS
 from store.url import POSTGRES_DRIVER, check_driver
-
-# How long a SQLite writer waits for another one's lock before failing (ms).
-SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # WAL lets readers (GET /admin/usage, restore) run while the consumer writes, and
-    # the busy timeout makes a second writer wait instead of failing at once.
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    for pragma in SQLITE_PRAGMAS:
+        cursor.execute(pragma)
     cursor.close()
 
 

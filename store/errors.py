@@ -10,20 +10,11 @@ from contextlib import contextmanager
 from base.errors import StoreError
 
 
-class DriverErrors:
-    """The exception types that mean "the database failed". sqlite3's and OSError (a
-    refused or dropped connection, a timeout) always; asyncpg's are added when a
-    PostgreSQL store first connects, so that a SQLite store never imports asyncpg."""
-
-    def __init__(self) -> None:
-        self.types: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
-
-    def add(self, *types: type[BaseException]) -> None:
-        """Count ``types`` as database failures too. Idempotent."""
-        self.types = tuple(dict.fromkeys((*self.types, *types)))
-
-
-DRIVER_ERRORS = DriverErrors()
+def _is_driver_error(exc: BaseException) -> bool:
+    """Whether ``exc`` means "the database failed": sqlite3's errors, OSError (a refused
+    or dropped connection, a timeout) and asyncpg's, recognised by their module so that
+    a SQLite store never imports asyncpg."""
+    return isinstance(exc, sqlite3.Error | OSError) or type(exc).__module__.startswith("asyncpg.")
 
 
 @contextmanager
@@ -31,5 +22,7 @@ def store_errors(what: str) -> Iterator[None]:
     """Turn a database failure inside the block into StoreError("{what} failed: ...")."""
     try:
         yield
-    except DRIVER_ERRORS.types as exc:
+    except Exception as exc:
+        if not _is_driver_error(exc):
+            raise
         raise StoreError(f"{what} failed: {type(exc).__name__}: {exc}") from exc

@@ -35,10 +35,18 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) 
         time.sleep(0.05)
 
 
-def wait_until(url: str, timeout_s: float = 20.0, ok: tuple[int, ...] = (200,)) -> None:
-    """Poll ``url`` until it answers one of ``ok``; raise TimeoutError after ``timeout_s``."""
+def wait_until(
+    url: str,
+    timeout_s: float = 20.0,
+    ok: tuple[int, ...] = (200,),
+    gone: Callable[[], bool] | None = None,
+) -> None:
+    """Poll ``url`` until it answers one of ``ok``, or until ``gone()`` says the server
+    will never answer (its process exited); raise TimeoutError after ``timeout_s``."""
 
     def answers() -> bool:
+        if gone is not None and gone():
+            return True
         try:
             return httpx.get(url, timeout=0.5).status_code in ok
         except httpx.HTTPError:
@@ -131,7 +139,7 @@ class Gateway:
             self._launch()
             try:
                 # Generous: on a loaded 2-core machine a start-up can take tens of seconds.
-                wait_for(self._ready_or_gone, f"{self.base}/readyz to come up", timeout_s=60.0)
+                wait_until(f"{self.base}/readyz", timeout_s=60.0, gone=self._exited)
             except TimeoutError:
                 self.stop()  # never leak a process that did not come up
                 raise
@@ -146,13 +154,8 @@ class Gateway:
             self.port = free_port()
         raise RuntimeError(f"gateway found its port taken {BIND_TRIES} times")
 
-    def _ready_or_gone(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            return True
-        try:
-            return httpx.get(f"{self.base}/readyz", timeout=0.5).status_code == 200
-        except httpx.HTTPError:
-            return False
+    def _exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
 
     def _launch(self) -> None:
         env = {

@@ -14,13 +14,12 @@ import orjson
 import pytest
 
 from tests.gateway.conftest import CHAT, Fleet, start_fleet
-from tests.gateway.harness import ADMIN_TOKEN, API_KEY, Gateway, unique_prefix
+from tests.gateway.harness import ADMIN_TOKEN, API_KEY, Gateway, unique_prefix, wait_for
 
 ACCESS = "skyroute.access"
 # Not shaped like an ``sk-`` key, so the formatter's masking cannot hide a leak of it.
 WRONG_KEY = f"wrongkey{uuid.uuid4().hex}"
 WAIT_S = 10.0
-FAILOVER_TRIES = 8
 # The requests that each write one access line: routed ones, and ones refused before routing.
 ROUTED = ("plain", "stream", "failover")
 REFUSED = ("unknown_model", "too_many_tokens")
@@ -89,17 +88,18 @@ def _send_failover(fleet: Fleet, gw: Gateway, sent: Sent, body: dict[str, Any]) 
     """A request that fails on the cheap pool and is answered by the next one. The router
     tries the cheap pool first unless it measured it slow (a loaded machine can make the
     first requests slow): then it goes straight to the next pool and there is no failover
-    to log. So a request that was not failed over is sent again, a few times at most, until
-    the measurement has expired (``measurement_ttl_s``, 2 s)."""
+    to log. So a request that was not failed over is sent again until one is, which it
+    is once the measurement has expired (``measurement_ttl_s``, 2 s)."""
+
+    def failed_over() -> bool:
+        rid = f"failover-{uuid.uuid4().hex}"
+        sent.request_ids["failover"] = rid
+        sent.responses["failover"] = _post(gw, body, rid)
+        return sent.responses["failover"].headers.get("x-skyroute-attempts") == "2"
+
     fleet.engines["cheap"].set_faults(fail_rate=1.0, fail_status=503)
     try:
-        for _ in range(FAILOVER_TRIES):
-            rid = f"failover-{uuid.uuid4().hex}"
-            sent.request_ids["failover"] = rid
-            sent.responses["failover"] = _post(gw, body, rid)
-            if sent.responses["failover"].headers.get("x-skyroute-attempts") == "2":
-                return
-            time.sleep(0.5)
+        wait_for(failed_over, "a request failed over from the cheap pool", WAIT_S)
     finally:
         fleet.engines["cheap"].set_faults()
 
