@@ -271,9 +271,13 @@ class RoutingSettings(_Strict):
     max_attempts: int = Field(default=3, ge=1, le=10)
     # Retries (attempts after the first) may be at most this share of requests over
     # ``retry_budget_window_s``, but never fewer than ``retry_budget_min`` per window, so
-    # low traffic can still fail over.
+    # low traffic can still fail over. The defaults are Linkerd's (ratio 0.2, 10 retries
+    # a second, 10 s TTL): a pool that hangs holds every request sent to it for a whole
+    # deadline before the first one times out, so rate x deadline requests need their
+    # failover at once; at 10 req/s and a 2.6 s deadline that is 26, and a floor of 10
+    # per window failed the 11th.
     retry_budget_ratio: float = Field(default=0.2, ge=0, le=1)
-    retry_budget_min: int = Field(default=10, ge=0)
+    retry_budget_min: int = Field(default=100, ge=0)
     retry_budget_window_s: float = Field(default=10.0, gt=0)
     connect_timeout_ms: float = Field(default=1000, gt=0)
     # An attempt waits for its first byte this multiple of the SLO's own scale (the TTFT
