@@ -27,6 +27,19 @@ from router.health import HealthEvent, HealthRecord, PoolState, transition
 logger = logging.getLogger(__name__)
 
 
+def _abandon_silent(
+    upstream: UpstreamClient, pool_id: str, silent: tuple[str, ...], reason: str
+) -> None:
+    # The probes just took the pool out, and these endpoints did not answer them at
+    # all: the requests still waiting on them without a byte of answer are stuck behind
+    # the same hang. Each would sit out its own deadline before failing over; they fail
+    # over now (``UpstreamClient.abandon_silent``).
+    for base in silent:
+        count = upstream.abandon_silent(base, f"pool {pool_id} taken out: {reason}")
+        if count:
+            logger.warning("%d exchange(s) waiting on %s failed over at once", count, base)
+
+
 class HealthMonitor:
     """Applies health events for one gateway replica. Loops run until cancelled."""
 
@@ -100,10 +113,11 @@ class HealthMonitor:
         rtt = {}
         for pool, result in zip(due, results, strict=True):
             event = HealthEvent.PROBE_OK if result.ok else HealthEvent.PROBE_FAIL
+            reason = "" if result.ok else f"probe failed: {result.detail}"
             with contextlib.suppress(TableError):
-                await self.apply(
-                    pool.id, event, "" if result.ok else f"probe failed: {result.detail}"
-                )
+                after = await self.apply(pool.id, event, reason)
+                if after is not None and after.state is PoolState.EJECTED:
+                    _abandon_silent(upstream, pool.id, result.silent, reason)
             if result.rtt_ms is not None:
                 rtt[pool.id] = result.rtt_ms
         if rtt:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from adapters.upstream import UpstreamClient
-from base.errors import UpstreamError
+from base.errors import UpstreamError, UpstreamTimeout
 from gateway.routing_state import RoutingState
 from live.tables import LiveTables
 from router.policy import PoolSpec
@@ -22,24 +22,29 @@ from router.policy import PoolSpec
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """One pool's probe: passed or not, mean RTT of the endpoints that answered (ms)."""
+    """One pool's probe: passed or not, mean RTT of the endpoints that answered (ms),
+    and the endpoints (base URLs) that gave no answer at all within the timeout."""
 
     ok: bool
     rtt_ms: float | None
     detail: str
+    silent: tuple[str, ...] = ()
 
 
 async def _time_get(
     upstream: UpstreamClient, url: str, timeout_s: float
-) -> tuple[float | None, str]:
+) -> tuple[float | None, str, bool]:
+    """(RTT ms or None, the error, whether the endpoint stayed silent past the timeout)."""
     started = time.perf_counter()
     try:
         status, _ = await upstream.get(url, timeout_s)
+    except UpstreamTimeout as exc:
+        return None, str(exc), True
     except UpstreamError as exc:
-        return None, str(exc)
+        return None, str(exc), False
     if status >= 500:
-        return None, f"{url} answered {status}"
-    return (time.perf_counter() - started) * 1000.0, ""
+        return None, f"{url} answered {status}", False
+    return (time.perf_counter() - started) * 1000.0, "", False
 
 
 async def probe_pool(
@@ -54,11 +59,12 @@ async def probe_pool(
     bases = discovered or [str(e).rstrip("/") for e in pool.endpoints]
     urls = [base + path for base in bases]
     results = await asyncio.gather(*(_time_get(upstream, url, timeout_s) for url in urls))
-    times = [ms for ms, _ in results if ms is not None]
-    errors = [err for ms, err in results if ms is None]
+    times = [ms for ms, _, _ in results if ms is not None]
+    errors = [err for ms, err, _ in results if ms is None]
+    silent = tuple(base for base, (_, _, hung) in zip(bases, results, strict=True) if hung)
     ok = len(times) * 2 >= len(urls)
     rtt = sum(times) / len(times) if times else None
-    return ProbeResult(ok, rtt, "; ".join(errors) if errors else "ok")
+    return ProbeResult(ok, rtt, "; ".join(errors) if errors else "ok", silent)
 
 
 async def probe_once(

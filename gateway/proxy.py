@@ -291,9 +291,29 @@ class Forwarder:
         self.state.rollouts.attempt(attempt.pool, ok=False)
         self.metrics.upstream_errors.labels(pool=pool_id, kind=type(exc).__name__).inc()
         pick = attempt.replica
-        if pick is not None and pick.pool.on_failure(pick.index, str(exc), time.monotonic()):
-            return  # the replica's fault: the pool still serves from its other replicas
-        self.state.outlier.on_failure(pool_id, time.time(), str(exc))
+        if pick is not None:
+            replica = pick.pool.replicas[pick.index]
+            ejections = replica.ejections
+            if pick.pool.on_failure(pick.index, str(exc), time.monotonic()):
+                # The replica's fault: the pool still serves from its other replicas.
+                if replica.ejections > ejections:
+                    self._abandon_silent(attempt, exc)
+                return
+        if self.state.outlier.on_failure(pool_id, time.time(), str(exc)):
+            self._abandon_silent(attempt, exc)
+
+    def _abandon_silent(self, attempt: Attempt, exc: UpstreamError) -> None:
+        # A deadline that ejected its engine: the requests sent to that engine since, and
+        # still without a byte of answer, are stuck behind the same hang. Each would sit
+        # out its own deadline (up to 2 x its whole answer's time for a non-streaming
+        # one) before failing over; they fail over now instead. An engine that answered
+        # 5xx or refused the connection already failed the others at once.
+        if not isinstance(exc, UpstreamTimeout):
+            return
+        reason = f"pool {attempt.pool.id} ejected after a missed deadline: {exc}"
+        count = self.upstream.abandon_silent(attempt.url, reason)
+        if count:
+            logger.warning("%d exchange(s) waiting on %s failed over at once", count, attempt.url)
 
     async def _open(
         self, parsed: ParsedRequest, attempt: Attempt, headers: dict[str, str]

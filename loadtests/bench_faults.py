@@ -13,8 +13,8 @@ the ``cheap`` and ``mid`` engines behind it.
 
 Each case: ``--warm-s`` of load, the fault for ``--fault-s``, then ``--after-s`` more.
 Per case it prints the requests sent during the fault window (fault start to its end
-plus ``--after-s``), the client-visible failures among them, p50/p99 latency during the
-fault, and the time to recover: from the fault's start to the start of the last request
+plus ``--after-s``), the client-visible failures among them, those answered but slow
+(over twice the TTFT SLO), p50/p99 latency during the fault, and the time to recover: from the fault's start to the start of the last request
 that failed or took over twice the TTFT SLO (1.6 s for a non-streaming request of 8
 tokens), 0 if none did. Streams count as failed if they end with an error event or
 without ``[DONE]``.
@@ -113,6 +113,7 @@ class Row:
     p99_ms: float
     recover_s: float
     note: str = ""
+    slow: int = 0  # answered, but over SLOW_S
 
 
 @dataclass
@@ -260,7 +261,7 @@ def summarise(case: str, samples: list[Sample], start: float, end: float, note: 
     recover = max((s.start for s in bad), default=start) - start
     return Row(case, len(window), sum(1 for s in window if not s.ok),
                float(np.percentile(lat, 50) * 1000), float(np.percentile(lat, 99) * 1000),
-               recover, note)  # fmt: skip
+               recover, note, sum(1 for s in window if s.ok and s.latency_s > SLOW_S))  # fmt: skip
 
 
 Fault = Callable[[Fleet], Awaitable[str]]
@@ -445,11 +446,11 @@ def main() -> None:
     print(f"\nfault benchmark: {args.rate:g} req/s open loop, fault {args.fault_s:g} s, "
           f"hedging {'on' if args.hedge else 'off'}, "
           f"window = fault + {args.after_s:g} s; slow = over {SLOW_S * 1000:.0f} ms")  # fmt: skip
-    print(f"{'case':<26} {'requests':>8} {'failed':>6} {'p50 ms':>8} {'p99 ms':>8} "
+    print(f"{'case':<26} {'requests':>8} {'failed':>6} {'slow':>6} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'recover s':>9}  note")  # fmt: skip
     for r in rows:
-        print(f"{r.case:<26} {r.requests:>8} {r.failures:>6} {r.p50_ms:>8.0f} {r.p99_ms:>8.0f} "
-              f"{r.recover_s:>9.1f}  {r.note}")  # fmt: skip
+        print(f"{r.case:<26} {r.requests:>8} {r.failures:>6} {r.slow:>6} {r.p50_ms:>8.0f} "
+              f"{r.p99_ms:>8.0f} {r.recover_s:>9.1f}  {r.note}")  # fmt: skip
     print(f"gateway CPU over the run: {cpu:.1f} s (all requests of all phases, ~{sent} in windows)")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))

@@ -281,6 +281,21 @@ class UpstreamClient:
         except TimeoutError as exc:
             raise UpstreamTimeout(f"no response from {url} within {timeout_s:.1f}s") from exc
 
+    def abandon_silent(self, url: str, reason: str) -> int:
+        """Fail at once every exchange with the engine at ``url``'s origin (scheme, host,
+        port) that has had no byte of its response yet: each raises UpstreamTimeout
+        (``reason``) to its caller, as its own deadline would have, and its connection
+        is dropped. Exchanges already answering are left alone. Returns how many were
+        failed. For an engine just found hung: what waits on it would otherwise each sit
+        out a whole deadline before failing over."""
+        pool = self._pools.get(self._target(url).key)
+        if pool is None:
+            return 0
+        silent = [conn for conn in pool.busy if conn.silent]
+        for conn in silent:
+            conn.give_up(reason)
+        return len(silent)
+
     async def close(self) -> None:
         """Close every pooled connection. Idempotent."""
         for pool in self._pools.values():

@@ -163,6 +163,17 @@ class Connection(asyncio.Protocol):
         """The exchange finished cleanly and the engine keeps the connection alive."""
         return self._complete and self._keep_alive and not self._chunks and not self.closed
 
+    @property
+    def silent(self) -> bool:
+        """An exchange is under way and no byte of its response has come yet."""
+        return self.used > 0 and not self.received and not self.closed
+
+    def give_up(self, reason: str) -> None:
+        """Stop waiting for a silent engine: the waiter gets UpstreamTimeout(``reason``)
+        at once, as if its deadline had passed, and the connection is dropped."""
+        self._fail(UpstreamTimeout(reason))
+        self.abort()
+
     def abort(self) -> None:
         """Drop the connection at once (idempotent); any waiter gets an error."""
         if self.transport is not None and not self.closed:

@@ -346,3 +346,44 @@ async def test_get_reads_status_and_body() -> None:
         status, body = await client.get(server.url.replace("/v1/chat/completions", "/health"), 1.0)
         await client.close()
     assert (status, body) == (503, b"busy")
+
+
+@run_async
+async def test_abandon_silent_fails_only_the_exchanges_with_no_answer_yet() -> None:
+    three_read = asyncio.Event()
+    go_on = asyncio.Event()
+    chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+    async def script(server: Server, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        request = await server.read_request(reader)
+        if len(server.requests) == 3:
+            three_read.set()
+        if request is not None and request.endswith(b'"answering"'):
+            w.write(chunked + b"5\r\nfirst\r\n")
+            await w.drain()
+            await go_on.wait()
+            w.write(b"4\r\nlast\r\n0\r\n\r\n")
+            await w.drain()
+        else:
+            await go_on.wait()  # hung: not a byte until the test ends
+
+    async with serve(script) as server:
+        client = UpstreamClient()
+        # Deadlines far beyond the test's bound: only abandon_silent can end these soon.
+        slow = UpstreamTimeouts(2.0, 120.0, 120.0)
+        silent = [
+            asyncio.create_task(client.post(server.url, b'"hung"', {}, slow)) for _ in range(2)
+        ]
+        answering = await client.post(server.url, b'"answering"', {}, slow)
+        await asyncio.wait_for(three_read.wait(), 30)
+        assert client.abandon_silent(server.url, "engine found hung") == 2
+        for task in silent:
+            with pytest.raises(UpstreamTimeout, match="engine found hung"):
+                await asyncio.wait_for(task, 30)
+        # The exchange that had begun to answer goes on; another origin has nothing to fail.
+        assert client.abandon_silent("http://engine.invalid/v1/chat/completions", "x") == 0
+        go_on.set()
+        chunks = [chunk async for chunk in answering.iter_chunks()]
+        assert b"".join(chunks) == b"firstlast"
+        answering.close()
+        await client.close()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 import yaml
 
 from tests.figures import report
@@ -47,6 +49,51 @@ def test_a_hung_engine_costs_a_client_one_deadline_and_no_failure(
     finally:
         os.kill(cheap.proc.pid, signal.SIGCONT)
         gw.stop()
+
+
+@pytest.mark.parametrize("found_by", ["probes", "deadlines"])
+def test_requests_waiting_on_an_engine_found_hung_fail_over_when_it_is_taken_out(
+    fast_fleet: Fleet, redis_url: str, found_by: str
+) -> None:
+    # A batch-class request for 100 tokens may wait 2 x (30 s + 100 x 500 ms) = 160 s
+    # for its whole answer. Sent to the cheap pool as its engine hangs, it would sit that
+    # out. What takes the pool out fails it over at once instead: the probes (every
+    # 0.2 s here), or, with probes too rare to notice, the short interactive requests
+    # after it, whose ~1.7 s deadlines pass (two in a row eject the pool).
+    if found_by == "deadlines":
+        doc = yaml.safe_load(fast_fleet.policy_path.read_text())
+        doc["health"]["probe_interval_s"] = 600.0
+        write_policy(fast_fleet.policy_path, doc)
+    gw = Gateway(fast_fleet.policy_path, redis_url, unique_prefix()).start()
+    cheap = fast_fleet.engines["cheap"]
+    assert cheap.proc is not None
+    url = f"{gw.base}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    try:
+        with httpx.Client(headers=headers, timeout=200) as client, ThreadPoolExecutor(1) as bg:
+            assert _timed(client, url, stream=False)[1] == 200
+            os.kill(cheap.proc.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            long_one = bg.submit(
+                client.post, url, json={**CHAT_BODY, "max_tokens": 100},
+                headers={"x-skyroute-slo": "batch"},
+            )  # fmt: skip
+            for _ in range(4):
+                assert _timed(client, url, stream=False)[1] == 200
+                if long_one.done():
+                    break
+            # Far short of the 160 s it would otherwise wait (the answer takes ~3 s).
+            reply = long_one.result(timeout=60)
+            waited = time.monotonic() - started
+    finally:
+        os.kill(cheap.proc.pid, signal.SIGCONT)
+        gw.stop()
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-skyroute-attempts"] == "2"
+    assert reply.headers["x-skyroute-pool"] != "gcp:us-central1:cheap"
+    assert "failed over at once" in gw.logs()
+    report(f"hung engine found by {found_by}: a request waiting on it failed over "
+           f"{waited:.1f} s after the hang (its own deadline: 160 s)")  # fmt: skip
 
 
 def test_a_long_valid_request_is_never_a_pool_failure(fast_fleet: Fleet, redis_url: str) -> None:
