@@ -14,10 +14,10 @@ the ``cheap`` and ``mid`` engines behind it.
 Each case: ``--warm-s`` of load, the fault for ``--fault-s``, then ``--after-s`` more.
 Per case it prints the requests sent during the fault window (fault start to its end
 plus ``--after-s``), the client-visible failures among them, those answered but slow
-(over twice the TTFT SLO), p50/p99 latency during the fault, and the time to recover: from the fault's start to the start of the last request
-that failed or took over twice the TTFT SLO (1.6 s for a non-streaming request of 8
-tokens), 0 if none did. Streams count as failed if they end with an error event or
-without ``[DONE]``.
+(over twice the TTFT SLO: 1.6 s for a non-streaming request of 8 tokens), p50/p99
+latency during the fault, and the time to recover: from the fault's start to the start
+of the last request that failed or was slow, 0 if none did. Streams count as failed if
+they end with an error event or without ``[DONE]``.
 """
 
 from __future__ import annotations
