@@ -283,9 +283,10 @@ class UpstreamClient:
 
     def abandon_silent(self, url: str, reason: str) -> int:
         """Fail at once every exchange with the engine at ``url``'s origin (scheme, host,
-        port) that has had no byte of its response yet: each raises UpstreamTimeout
-        (``reason``) to its caller, as its own deadline would have, and its connection
-        is dropped. Exchanges already answering are left alone. Returns how many were
+        port) that has had no byte of its answer's body yet: each raises UpstreamTimeout
+        (``reason``) to its caller, as its own deadline (for the headers or the first
+        chunk) would have, and its connection is dropped. Exchanges whose body has begun
+        are left alone (a stream may already be reaching its client). Returns how many were
         failed. For an engine just found hung: what waits on it would otherwise each sit
         out a whole deadline before failing over."""
         pool = self._pools.get(self._target(url).key)

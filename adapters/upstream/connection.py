@@ -50,6 +50,7 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.received = False  # any byte of this exchange's response
+        self._body_seen = False  # any byte of its body
         self._headers_done = False
         self._complete = False
         self._keep_alive = False
@@ -113,6 +114,7 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        self._body_seen = True
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > HIGH_WATER_BYTES and not self._paused and self.transport:
@@ -165,8 +167,9 @@ class Connection(asyncio.Protocol):
 
     @property
     def silent(self) -> bool:
-        """An exchange is under way and no byte of its response has come yet."""
-        return self.used > 0 and not self.received and not self.closed
+        """An exchange is under way and no byte of its answer has come yet: no headers,
+        or (a stream's engine sends them before its first token) headers and no body."""
+        return self.used > 0 and not self._body_seen and not self._complete and not self.closed
 
     def give_up(self, reason: str) -> None:
         """Stop waiting for a silent engine: the waiter gets UpstreamTimeout(``reason``)

@@ -350,15 +350,20 @@ async def test_get_reads_status_and_body() -> None:
 
 @run_async
 async def test_abandon_silent_fails_only_the_exchanges_with_no_answer_yet() -> None:
-    three_read = asyncio.Event()
+    four_read = asyncio.Event()
     go_on = asyncio.Event()
     chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 
     async def script(server: Server, reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         request = await server.read_request(reader)
-        if len(server.requests) == 3:
-            three_read.set()
-        if request is not None and request.endswith(b'"answering"'):
+        if len(server.requests) == 4:
+            four_read.set()
+        if request is not None and request.endswith(b'"headers"'):
+            # A stream's engine sends its headers before its first token, then hangs.
+            w.write(chunked)
+            await w.drain()
+            await go_on.wait()
+        elif request is not None and request.endswith(b'"answering"'):
             w.write(chunked + b"5\r\nfirst\r\n")
             await w.drain()
             await go_on.wait()
@@ -375,11 +380,15 @@ async def test_abandon_silent_fails_only_the_exchanges_with_no_answer_yet() -> N
             asyncio.create_task(client.post(server.url, b'"hung"', {}, slow)) for _ in range(2)
         ]
         answering = await client.post(server.url, b'"answering"', {}, slow)
-        await asyncio.wait_for(three_read.wait(), 30)
-        assert client.abandon_silent(server.url, "engine found hung") == 2
+        headers_only = await client.post(server.url, b'"headers"', {}, slow)
+        await asyncio.wait_for(four_read.wait(), 30)
+        assert client.abandon_silent(server.url, "engine found hung") == 3
         for task in silent:
             with pytest.raises(UpstreamTimeout, match="engine found hung"):
                 await asyncio.wait_for(task, 30)
+        with pytest.raises(UpstreamTimeout, match="engine found hung"):
+            await asyncio.wait_for(headers_only.first_chunk(120.0), 30)
+        headers_only.close()
         # The exchange that had begun to answer goes on; another origin has nothing to fail.
         assert client.abandon_silent("http://engine.invalid/v1/chat/completions", "x") == 0
         go_on.set()
