@@ -27,17 +27,16 @@ from router.health import HealthEvent, HealthRecord, PoolState, transition
 logger = logging.getLogger(__name__)
 
 
-def _abandon_silent(
-    upstream: UpstreamClient, pool_id: str, silent: tuple[str, ...], reason: str
-) -> None:
-    # The probes just took the pool out, and these endpoints did not answer them at
-    # all: the requests still waiting on them without a byte of answer are stuck behind
-    # the same hang. Each would sit out its own deadline before failing over; they fail
-    # over now (``UpstreamClient.abandon_silent``).
-    for base in silent:
-        count = upstream.abandon_silent(base, f"pool {pool_id} taken out: {reason}")
-        if count:
-            logger.warning("%d exchange(s) waiting on %s failed over at once", count, base)
+def abandon_silent(upstream: UpstreamClient, address: str, reason: str) -> int:
+    """Fail over now what waits on the engine at ``address`` (a base URL or any URL of
+    it) with no byte of answer yet (``UpstreamClient.abandon_silent``), logging how many.
+    For an engine just taken out for silence (a missed deadline, probes or scrapes with
+    no answer): what waits on it is stuck behind the same hang, and each would otherwise
+    sit out its own deadline before failing over. Returns the count."""
+    count = upstream.abandon_silent(address, reason)
+    if count:
+        logger.warning("%d exchange(s) waiting on %s failed over at once", count, address)
+    return count
 
 
 class HealthMonitor:
@@ -117,7 +116,8 @@ class HealthMonitor:
             with contextlib.suppress(TableError):
                 after = await self.apply(pool.id, event, reason)
                 if after is not None and after.state is PoolState.EJECTED:
-                    _abandon_silent(upstream, pool.id, result.silent, reason)
+                    for base in result.silent:
+                        abandon_silent(upstream, base, f"pool {pool.id} taken out: {reason}")
             if result.rtt_ms is not None:
                 rtt[pool.id] = result.rtt_ms
         if rtt:

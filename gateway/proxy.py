@@ -31,6 +31,7 @@ from gateway.deadlines import first_byte_deadline_s, hedge_after_s
 from gateway.decisions import DecisionLog
 from gateway.event_stream import EventStreamResponse
 from gateway.finish import Attempt, RequestContext, RequestFinisher
+from gateway.health import abandon_silent
 from gateway.hedging import race
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import Operation, ParsedRequest
@@ -311,9 +312,7 @@ class Forwarder:
         if not isinstance(exc, UpstreamTimeout):
             return
         reason = f"pool {attempt.pool.id} ejected after a missed deadline: {exc}"
-        count = self.upstream.abandon_silent(attempt.url, reason)
-        if count:
-            logger.warning("%d exchange(s) waiting on %s failed over at once", count, attempt.url)
+        abandon_silent(self.upstream, attempt.url, reason)
 
     async def _open(
         self, parsed: ParsedRequest, attempt: Attempt, headers: dict[str, str]

@@ -18,10 +18,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from adapters.upstream import UpstreamClient
 from adapters.upstream.engine_metrics import EngineLoad, parse_engine_load
-from base.errors import EngineMetricsError, UpstreamError
+from base.errors import EngineMetricsError, UpstreamError, UpstreamTimeout
+from gateway.health import abandon_silent
 from gateway.routing_state import RoutingState
 
 logger = logging.getLogger(__name__)
@@ -29,22 +31,30 @@ logger = logging.getLogger(__name__)
 METRICS_PATH = "/metrics"
 
 
-async def scrape_one(
-    upstream: UpstreamClient, address: str, timeout_s: float
-) -> tuple[EngineLoad | None, str | None]:
-    """One replica's load: ``(load, None)``; ``(None, None)`` when it answered without
-    engine metrics; ``(None, error)`` when the scrape failed. Never raises for the
-    replica's faults."""
+class Scrape(NamedTuple):
+    """One replica's scrape: its load (None: no engine metrics in the answer, or no
+    answer), the error if it failed, and whether it failed by silence (no answer at all
+    within the timeout: a hang, not a refusal or an error status)."""
+
+    load: EngineLoad | None
+    error: str | None = None
+    silent: bool = False
+
+
+async def scrape_one(upstream: UpstreamClient, address: str, timeout_s: float) -> Scrape:
+    """One replica's load (``Scrape``). Never raises for the replica's faults."""
     try:
         status, body = await upstream.get(address + METRICS_PATH, timeout_s)
+    except UpstreamTimeout as exc:
+        return Scrape(None, str(exc), silent=True)
     except UpstreamError as exc:
-        return None, str(exc) or type(exc).__name__
+        return Scrape(None, str(exc) or type(exc).__name__)
     if status != 200:
-        return None, None
+        return Scrape(None)
     try:
-        return parse_engine_load(body.decode("utf-8", "replace")), None
+        return Scrape(parse_engine_load(body.decode("utf-8", "replace")))
     except EngineMetricsError:
-        return None, None
+        return Scrape(None)
 
 
 class ReplicaScraper:
@@ -72,7 +82,7 @@ class ReplicaScraper:
         replica_set = self.state.replicas
         jobs = [(p, i, r.address) for p in replica_set.pools for i, r in enumerate(p.replicas)]
 
-        async def one(address: str) -> tuple[EngineLoad | None, str | None]:
+        async def one(address: str) -> Scrape:
             async with self._limit:
                 return await scrape_one(self.upstream, address, timeout_s)
 
@@ -81,7 +91,7 @@ class ReplicaScraper:
         results = dict(zip(addresses, scraped, strict=True))
         now = self.monotonic()
         for pool, i, address in jobs:
-            load, error = results[address]
+            load, error, silent = results[address]
             if replica_set.by_id.get(pool.pool_id) is not pool:
                 continue  # a policy reload replaced the pool meanwhile; next round
             before = bool(pool.table.available[i])
@@ -93,6 +103,8 @@ class ReplicaScraper:
                     "back in service" if after else "out of service: ",
                     "" if after else error or "",
                 )  # fmt: skip
+                if not after and silent:
+                    abandon_silent(self.upstream, address, f"replica {address} out: {error}")
         self.state.set_engine_load(replica_set.engine_load())
         self.rounds += 1
 

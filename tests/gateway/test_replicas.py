@@ -128,6 +128,32 @@ def test_a_pool_keeps_serving_from_its_other_replica_with_no_client_failures(
     assert _received(healthy) - before == 6
 
 
+def test_a_request_waiting_on_a_replica_found_hung_goes_to_its_peer_at_once(
+    engines: list[Engine], gateway_factory: Any
+) -> None:
+    # A batch-class request may wait 2 x (30 s + 100 x 500 ms) = 160 s for its answer.
+    # Its session pins it to one replica, which hangs as it arrives; the scrapes (every
+    # 0.2 s here) take that replica out, and that fails the request over to the peer
+    # at once instead of after its deadline.
+    gw = gateway_factory(engines)
+    before = [_received(e) for e in engines]
+    assert _chat(gw, "warm", session="user-7") == 200
+    sick = next(e for e, b in zip(engines, before, strict=True) if _received(e) > b)
+    assert sick.proc is not None
+    os.kill(sick.proc.pid, signal.SIGSTOP)
+    reply = httpx.post(
+        f"{gw.base}/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "long"}],
+              "max_tokens": 100},
+        headers={"Authorization": f"Bearer {API_KEY}", "x-session-id": "user-7",
+                 "x-skyroute-slo": "batch"},
+        timeout=60,  # far short of the 160 s deadline
+    )  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-skyroute-attempts"] == "2"
+    assert "failed over at once" in gw.logs()
+
+
 def test_a_replica_failing_its_requests_is_ejected_alone_and_costs_clients_nothing(
     engines: list[Engine], gateway_factory: Any
 ) -> None:
