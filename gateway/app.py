@@ -84,6 +84,7 @@ def create_app(settings: GatewaySettings, tracing: Tracing | None = None) -> Fas
             asyncio.create_task(gw.health.events(), name="health-events"),
             asyncio.create_task(gw.access.refresh_loop(), name="tenant-refresh"),
             asyncio.create_task(gw.health.probes(upstream), name="health-probes"),
+            asyncio.create_task(gw.health.confirm_ejections(upstream), name="health-confirm"),
             asyncio.create_task(ReplicaScraper(gw.state, upstream).run(), name="replica-scrape"),
             asyncio.create_task(DnsDiscoveryLoop(gw.state).run(), name="replica-dns"),
             asyncio.create_task(gw.store_sync.run(), name="store-sync"),

@@ -3,6 +3,9 @@
 - Passive: ejections found by ``gateway.outlier`` on real traffic become EJECT events.
 - Active: every ``probe_interval_s`` each pool is probed (``gateway.probe``), except an
   ejected pool whose backoff is not over yet, and the result becomes PROBE_OK/FAIL.
+- A pool that probes, a missed deadline or a scrape took out for silence fails over
+  what still waits on its engine with no byte of answer (``abandon_silent``); a pool
+  another replica ejected is probed once by this one for the same (``confirm_round``).
 - Operators and the autoscaler send DRAIN and UNCORDON through the admin API.
 
 Each event is applied to the pool's record in Redis with a compare-and-set, so every
@@ -46,6 +49,8 @@ class HealthMonitor:
         self.state = state
         self.tables = tables
         self.metrics = metrics
+        # Pool id -> the start (since_s) of the last shared ejection confirm_round saw.
+        self._confirmed: dict[str, float] = {}
 
     async def apply(
         self, pool_id: str, event: HealthEvent, reason: str = ""
@@ -123,6 +128,51 @@ class HealthMonitor:
         if rtt:
             with contextlib.suppress(TableError):
                 await self.tables.record_rtt(rtt)
+
+    async def confirm_round(self, upstream: UpstreamClient) -> int:
+        """For each pool newly ejected in the shared state (by any replica, for any
+        reason) while this replica still has requests waiting on its engines with no
+        byte of answer: probe those engines once, and fail over at once what waits on
+        the ones that stay silent (``abandon_silent``). The replica that ejected the
+        pool did so for its own requests; this one would otherwise sit out each of its
+        deadlines, since it neither sends new work nor probes a pool in its backoff.
+        Returns how many exchanges were failed over."""
+        policy = self.state.policy.policy
+        rows = self.state.snapshot.rows
+        jobs = []
+        for pool in policy.pools:
+            record = rows[pool.id].health if pool.id in rows else None
+            if record is None or record.state is not PoolState.EJECTED:
+                continue
+            if self._confirmed.get(pool.id) == record.since_s:
+                continue
+            self._confirmed[pool.id] = record.since_s
+            bases = self._replicas_of(pool.id) or tuple(str(e).rstrip("/") for e in pool.endpoints)
+            waiting = tuple(base for base in bases if upstream.count_silent(base))
+            if waiting:
+                jobs.append((pool, waiting, record.reason))
+        settings = policy.health
+        results = await asyncio.gather(
+            *(
+                probe_pool(upstream, p, settings.probe_path, settings.probe_timeout_s, bases)
+                for p, bases, _ in jobs
+            )
+        )  # fmt: skip
+        failed = 0
+        for (pool, _, why), result in zip(jobs, results, strict=True):
+            for base in result.silent:
+                reason = f"pool {pool.id} ejected ({why}) and silent to this replica's probe"
+                failed += abandon_silent(upstream, base, reason)
+        return failed
+
+    async def confirm_ejections(self, upstream: UpstreamClient, interval_s: float = 0.1) -> None:
+        """Loop: ``confirm_round`` every ``interval_s`` (the snapshot's refresh period)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.confirm_round(upstream)
+            except Exception:
+                logger.exception("confirming shared ejections failed")
 
     def _replicas_of(self, pool_id: str) -> tuple[str, ...]:
         """The pool's replicas as requests see them (DNS, node group or static)."""

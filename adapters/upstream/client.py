@@ -281,6 +281,12 @@ class UpstreamClient:
         except TimeoutError as exc:
             raise UpstreamTimeout(f"no response from {url} within {timeout_s:.1f}s") from exc
 
+    def count_silent(self, url: str) -> int:
+        """How many exchanges with the engine at ``url``'s origin have had no byte of
+        their answer's body yet (what ``abandon_silent`` would fail)."""
+        pool = self._pools.get(self._target(url).key)
+        return 0 if pool is None else sum(1 for conn in pool.busy if conn.silent)
+
     def abandon_silent(self, url: str, reason: str) -> int:
         """Fail at once every exchange with the engine at ``url``'s origin (scheme, host,
         port) that has had no byte of its answer's body yet: each raises UpstreamTimeout

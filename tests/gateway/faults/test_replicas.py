@@ -3,18 +3,21 @@ drains; a replica that dies with requests in flight does not leave its counts be
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+import yaml
 
 from tests.figures import report
 from tests.gateway.conftest import Fleet
 from tests.gateway.faults.conftest import CHAT_BODY, pool_state, wait_for_state
-from tests.gateway.harness import API_KEY, Gateway, unique_prefix, wait_for
+from tests.gateway.harness import API_KEY, Gateway, unique_prefix, wait_for, write_policy
 
 CHEAP = "gcp:us-central1:cheap"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -116,6 +119,46 @@ def test_an_ejection_seen_by_one_replica_applies_to_the_other(
     assert reply.status_code == 200
     assert (reply.headers["x-skyroute-pool"], reply.headers["x-skyroute-attempts"]) != (CHEAP, "1")
     assert reply.headers["x-skyroute-attempts"] == "1"
+
+
+def test_a_request_waiting_on_an_engine_another_replica_found_hung_fails_over(
+    fast_fleet: Fleet, redis_url: str
+) -> None:
+    # Probes and scrapes too rare to notice: only replica one's requests find the hang
+    # (two missed ~1.7 s deadlines eject the pool). Replica two has a batch-class request
+    # waiting on the hung engine, which may wait 2 x (30 s + 100 x 500 ms) = 160 s for
+    # its answer; seeing the shared ejection, replica two probes the engine once, finds
+    # it silent and fails the request over.
+    doc = yaml.safe_load(fast_fleet.policy_path.read_text())
+    doc["health"].update(probe_interval_s=600.0, scrape_interval_s=600.0)
+    write_policy(fast_fleet.policy_path, doc)
+    prefix = unique_prefix()
+    one = Gateway(fast_fleet.policy_path, redis_url, prefix).start()
+    two = Gateway(fast_fleet.policy_path, redis_url, prefix).start()
+    cheap = fast_fleet.engines["cheap"]
+    assert cheap.proc is not None
+    try:
+        assert _chat(one).headers["x-skyroute-pool"] == CHEAP
+        assert _chat(two).headers["x-skyroute-pool"] == CHEAP
+        os.kill(cheap.proc.pid, signal.SIGSTOP)
+        with ThreadPoolExecutor(1) as bg:
+            waiting = bg.submit(
+                httpx.post, f"{two.base}/v1/chat/completions",
+                json={**CHAT_BODY, "max_tokens": 100},
+                headers={**AUTH, "x-skyroute-slo": "batch"}, timeout=200,
+            )  # fmt: skip
+            for _ in range(4):
+                assert _chat(one).status_code == 200
+                if waiting.done():
+                    break
+            reply = waiting.result(timeout=60)  # far short of its 160 s deadline
+    finally:
+        os.kill(cheap.proc.pid, signal.SIGCONT)
+        one.stop()
+        two.stop()
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-skyroute-attempts"] == "2"
+    assert "silent to this replica's probe" in two.logs()
 
 
 def test_a_drain_through_one_replica_stops_traffic_on_both(
