@@ -22,7 +22,7 @@ import time
 from adapters.upstream import UpstreamClient
 from base.errors import TableError
 from gateway.metrics import GatewayMetrics
-from gateway.probe import probe_pool
+from gateway.probe import endpoint_bases, probe_pool
 from gateway.routing_state import RoutingState
 from live.tables import LiveTables
 from router.health import HealthEvent, HealthRecord, PoolState, transition
@@ -147,7 +147,7 @@ class HealthMonitor:
             if self._confirmed.get(pool.id) == record.since_s:
                 continue
             self._confirmed[pool.id] = record.since_s
-            bases = self._replicas_of(pool.id) or tuple(str(e).rstrip("/") for e in pool.endpoints)
+            bases = endpoint_bases(pool, self._replicas_of(pool.id))
             waiting = tuple(base for base in bases if upstream.count_silent(base))
             if waiting:
                 jobs.append((pool, waiting, record.reason))

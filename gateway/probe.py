@@ -47,6 +47,12 @@ async def _time_get(
     return (time.perf_counter() - started) * 1000.0, "", False
 
 
+def endpoint_bases(pool: PoolSpec, discovered: Sequence[str] = ()) -> Sequence[str]:
+    """The base URLs of ``pool``'s engines: its ``discovered`` replicas (from its node
+    group or DNS) if any, else the policy's endpoints."""
+    return discovered or [str(e).rstrip("/") for e in pool.endpoints]
+
+
 async def probe_pool(
     upstream: UpstreamClient,
     pool: PoolSpec,
@@ -56,7 +62,7 @@ async def probe_pool(
 ) -> ProbeResult:
     """Probe every endpoint of ``pool`` concurrently: its ``discovered`` replicas (from
     its node group) if any, else the policy's. Never raises for endpoint failures."""
-    bases = discovered or [str(e).rstrip("/") for e in pool.endpoints]
+    bases = endpoint_bases(pool, discovered)
     urls = [base + path for base in bases]
     results = await asyncio.gather(*(_time_get(upstream, url, timeout_s) for url in urls))
     times = [ms for ms, _, _ in results if ms is not None]

@@ -281,11 +281,14 @@ class UpstreamClient:
         except TimeoutError as exc:
             raise UpstreamTimeout(f"no response from {url} within {timeout_s:.1f}s") from exc
 
+    def _silent(self, url: str) -> list[Connection]:
+        pool = self._pools.get(self._target(url).key)
+        return [] if pool is None else [conn for conn in pool.busy if conn.silent]
+
     def count_silent(self, url: str) -> int:
         """How many exchanges with the engine at ``url``'s origin have had no byte of
         their answer's body yet (what ``abandon_silent`` would fail)."""
-        pool = self._pools.get(self._target(url).key)
-        return 0 if pool is None else sum(1 for conn in pool.busy if conn.silent)
+        return len(self._silent(url))
 
     def abandon_silent(self, url: str, reason: str) -> int:
         """Fail at once every exchange with the engine at ``url``'s origin (scheme, host,
@@ -295,10 +298,7 @@ class UpstreamClient:
         are left alone (a stream may already be reaching its client). Returns how many were
         failed. For an engine just found hung: what waits on it would otherwise each sit
         out a whole deadline before failing over."""
-        pool = self._pools.get(self._target(url).key)
-        if pool is None:
-            return 0
-        silent = [conn for conn in pool.busy if conn.silent]
+        silent = self._silent(url)
         for conn in silent:
             conn.give_up(reason)
         return len(silent)
