@@ -3,6 +3,7 @@ gateway worker, non-streaming and streaming, closed and open loop. Prints number
 
     python loadtests/bench_overhead.py [--quick] [--tracing] [--json out.json]
         [--replicas N] [--prefix-affinity] [--prompt-chars C] [--redis-cluster]
+        [--busy-cpus] [--bare]
 
 Everything runs on 127.0.0.1: one engine at ``--time-scale 0`` (answers at once, so the
 gateway's own cost dominates), Redis (``SKYROUTE_REDIS_URL`` or an embedded one) and one
@@ -19,6 +20,9 @@ replicas at a fixed total load.
 spinner per CPU, bounded in time. On these VMs a process woken from an idle CPU starts
 late, and a proxy adds two wake-ups per request (request in, upstream answer in), so the
 open-loop latency without it measures the host's idle exits as much as the gateway.
+``--bare`` runs every phase through the floor too (``peer_bare.py``, a bare aiohttp
+proxy with no features, on the same engine): its added latency is what any proxy costs
+on this host (two more loopback hops and wake-ups), printed next to the gateway's.
 ``--tracing`` turns the gateway's OpenTelemetry traces on, exported through the standard
 ``OTEL_*`` variables by OTLP/HTTP (protobuf) to a sink process started here, which
 counts the spans it receives; compare its table with one from a run without it.
@@ -311,8 +315,10 @@ async def open_loop(
 
 async def measure(
     scenario: str, target: str, load: Load, args: argparse.Namespace,
-    gateway: psutil.Process, engine: psutil.Process,
+    proxy: psutil.Process, engine: psutil.Process,
 ) -> Result:  # fmt: skip
+    """One phase against ``target`` ("direct": the engine; "gateway"; "bare": the
+    floor), whose process is ``proxy`` (its CPU is counted unless direct)."""
     me = psutil.Process()
     redis = connect(args.redis_url) if target == "gateway" else None
     connector = aiohttp.TCPConnector(limit=args.concurrency, keepalive_timeout=60)
@@ -322,12 +328,12 @@ async def measure(
         if load.pools is not None:
             load.pools.clear()
         r0 = await commands_run(redis) if redis is not None else 0
-        g0, e0, m0 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
+        g0, e0, m0 = cpu_s(proxy), cpu_s(engine), cpu_s(me)
         if scenario.startswith("closed"):
             t = await closed_loop(session, load, args.concurrency, args.duration)
         else:
             t = await open_loop(session, load, args.rate, args.duration)
-        g1, e1, m1 = cpu_s(gateway), cpu_s(engine), cpu_s(me)
+        g1, e1, m1 = cpu_s(proxy), cpu_s(engine), cpu_s(me)
         r1 = await commands_run(redis) if redis is not None else 0
     if redis is not None:
         await redis.aclose()
@@ -337,7 +343,7 @@ async def measure(
         scenario, target, len(t.lat), t.errors, round(t.seconds, 3),
         round(len(t.lat) / t.seconds, 1),
         round(float(p50), 3), round(float(p99), 3),
-        gw_cpu_ms_per_req=round((g1 - g0) * 1000 / n, 4) if target == "gateway" else None,
+        gw_cpu_ms_per_req=round((g1 - g0) * 1000 / n, 4) if target != "direct" else None,
         engine_cpu_ms_per_req=round((e1 - e0) * 1000 / n, 4),
         loadgen_cpu_ms_per_req=round((m1 - m0) * 1000 / n, 4),
         pools=dict(load.pools or {}), first_error=t.first_error,
@@ -347,8 +353,11 @@ async def measure(
 
 async def run_all(
     args: argparse.Namespace, engine_url: str, gw_url: str, api_key: str,
-    gateway: psutil.Process, engine: psutil.Process,
+    gateway: psutil.Process, engine: psutil.Process, bare: tuple[str, psutil.Process] | None,
 ) -> list[Result]:  # fmt: skip
+    """Every phase: direct, then the floor (``bare``: its URL and process, if run), then
+    the gateway; added latency is each proxy's p50/p99 less the direct run's."""
+
     def body(model: str, stream: bool) -> bytes:
         # --prompt-chars: the prompt repeated to that length (a long shared prefix).
         prompt = (PROMPT * (args.prompt_chars // len(PROMPT) + 1))[: args.prompt_chars]
@@ -365,13 +374,17 @@ async def run_all(
             path = "/v1/chat/completions"
             direct = Load(engine_url + path, json_ct, body(UPSTREAM_MODEL, stream), stream)
             via = Load(gw_url + path, gw_headers, body(MODEL, stream), stream, Counter())
-            d = await measure(scenario, "direct", direct, args, gateway, engine)
-            g = await measure(scenario, "gateway", via, args, gateway, engine)
-            g.added_p50_ms = round(g.p50_ms - d.p50_ms, 3)
-            g.added_p99_ms = round(g.p99_ms - d.p99_ms, 3)
-            results += [d, g]
-            print(f"  done {scenario}: direct {d.rps:.0f} req/s, gateway {g.rps:.0f} req/s",
-                  flush=True)  # fmt: skip
+            d = await measure(scenario, "direct", direct, args, engine, engine)
+            results.append(d)
+            if bare is not None:
+                floor = Load(bare[0] + path, json_ct, body(UPSTREAM_MODEL, stream), stream)
+                results.append(await measure(scenario, "bare", floor, args, bare[1], engine))
+            results.append(await measure(scenario, "gateway", via, args, gateway, engine))
+            for r in results[results.index(d) + 1 :]:
+                r.added_p50_ms = round(r.p50_ms - d.p50_ms, 3)
+                r.added_p99_ms = round(r.p99_ms - d.p99_ms, 3)
+            print(f"  done {scenario}: direct {d.rps:.0f} req/s, gateway "
+                  f"{results[-1].rps:.0f} req/s", flush=True)  # fmt: skip
     return results
 
 
@@ -398,7 +411,7 @@ def report(
         print(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
     print(f"\ngateway RSS at end: {rss_mb:.1f} MB; idle CPU (background loops) {idle} ms/s")
     for r in results:
-        who = "engine" if r.target == "direct" else "engine (via gw)"
+        who = "engine" if r.target == "direct" else f"engine (via {r.target})"
         print(f"  {r.scenario:16} {who:16} CPU {r.engine_cpu_ms_per_req:.3f} ms/req; "
               f"load generator {r.loadgen_cpu_ms_per_req:.3f} ms/req"
               + (f"; pools {r.pools}" if r.pools else ""))  # fmt: skip
@@ -448,6 +461,10 @@ def main() -> None:
     parser.add_argument(
         "--busy-cpus", action="store_true", help="a nice-19 spinner per CPU: no idle wake-ups"
     )
+    parser.add_argument(
+        "--bare", action="store_true",
+        help="also run every phase through the floor (peer_bare.py, a bare aiohttp proxy)",
+    )  # fmt: skip
     args = parser.parse_args()
     args.concurrency = args.concurrency or (16 if args.quick else 64)
     args.duration = args.duration or (2.0 if args.quick else 10.0)
@@ -515,9 +532,19 @@ def main() -> None:
         wait_http(gw_url + "/readyz", 30, procs[-1], b'"ready"')
         procs.extend(extra)
         engine, gateway = psutil.Process(procs[0].pid), psutil.Process(procs[1].pid)
+        bare: tuple[str, psutil.Process] | None = None
+        if args.bare:
+            bare_port = free_port()
+            procs.append(subprocess.Popen(
+                [sys.executable, str(ROOT / "loadtests" / "peer_bare.py"), "--port",
+                 str(bare_port), "--upstream", engine_url], cwd=ROOT, env=env,
+            ))  # fmt: skip
+            bare_url = f"http://127.0.0.1:{bare_port}"
+            wait_http(bare_url + "/health", 30, procs[-1], b"ok")
+            bare = (bare_url, psutil.Process(procs[-1].pid))
         if args.busy_cpus:
             # Bounded: each spinner stops by itself after the longest the phases can take.
-            bound_s = 8 * args.duration + 120
+            bound_s = (12 if args.bare else 8) * args.duration + 120
             spin = f"import os, time\nos.nice(19)\nend = time.monotonic() + {bound_s}\n" + (
                 "while time.monotonic() < end: pass"
             )
@@ -536,7 +563,7 @@ def main() -> None:
               "tracing "
               + (f"ON (OTLP/HTTP protobuf to {sink_url}/v1/traces)" if args.tracing else "off"),
               flush=True)  # fmt: skip
-        results = uvloop.run(run_all(args, engine_url, gw_url, api_key, gateway, engine))
+        results = uvloop.run(run_all(args, engine_url, gw_url, api_key, gateway, engine, bare))
         rss_mb = gateway.memory_info().rss / 2**20
         tracing: dict[str, float] | None = None
         if args.tracing:

@@ -33,13 +33,16 @@ def run_quick(tmp_path: Path, *extra: str) -> dict[str, Any]:
 
 
 def test_quick_benchmark_runs_without_errors(tmp_path: Path) -> None:
-    data = run_quick(tmp_path)
+    data = run_quick(tmp_path, "--bare")
     results = data["results"]
     seen = {(r["scenario"], r["target"]) for r in results}
-    assert seen == {(s, t) for s in SCENARIOS for t in ("direct", "gateway")}
+    assert seen == {(s, t) for s in SCENARIOS for t in ("direct", "bare", "gateway")}
     for r in results:
         assert r["requests"] > 0, r
         assert r["errors"] == 0, r
+        # Both proxies are priced against the direct run of the same phase.
+        assert (r["added_p50_ms"] is None) == (r["target"] == "direct"), r
+        assert (r["gw_cpu_ms_per_req"] is None) == (r["target"] == "direct"), r
     for r in results:
         if r["target"] == "gateway":
             assert r["gw_cpu_ms_per_req"] is not None
