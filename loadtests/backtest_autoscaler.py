@@ -157,7 +157,8 @@ def table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
 class VariantResult:
     """One variant replayed: the oracle's and this autoscaler's USD, the share (%) of
     known hours short, the forecast's WAPE (%) and its upper bound's coverage (%), 20
-    minutes ahead, over days 2 on."""
+    minutes ahead, over days 2 on; ``parts``: ``decomposition``'s three shares of the
+    oracle's USD (point forecast, quantile margin, damping), formatted."""
 
     name: str
     note: str
@@ -167,6 +168,7 @@ class VariantResult:
     short_pct: float
     wape_pct: float
     coverage_pct: float
+    parts: tuple[str, ...] = ()
 
     @property
     def over_pct(self) -> float:
@@ -195,6 +197,7 @@ def run_variant(series: Series, config: ScalerConfig) -> VariantResult:
         series.name, series.note, max_replicas, best.usd, mine.usd,
         100.0 * mine.short_windows / max(mine.known_windows, 1), wape(mean, actual),
         100.0 * float(np.mean(upper[ok] >= actual[ok] * (1 - 1e-9))),
+        decomposition(mix, asked, mine, best)[1:],
     )  # fmt: skip
 
 
@@ -207,11 +210,11 @@ def variants_table(results: Sequence[VariantResult]) -> str:
     rows = [
         (r.name, r.note, str(r.max_replicas), f"{r.oracle_usd:,.0f}", f"{r.usd:,.0f}",
          num(r.over_pct, "+.1f") + " %", num(r.short_pct, ".2f") + " %",
-         num(r.wape_pct, ".1f") + " %", num(r.coverage_pct, ".2f") + " %")
+         num(r.wape_pct, ".1f") + " %", num(r.coverage_pct, ".2f") + " %", *r.parts)
         for r in results
     ]  # fmt: skip
     head = ("variant", "what", "max/pool", "oracle USD", "USD", "vs oracle", "hours short",
-            "WAPE 20 min", "upper covers")  # fmt: skip
+            "WAPE 20 min", "upper covers", "point", "margin", "damping")  # fmt: skip
     return table(head, rows)
 
 
@@ -329,7 +332,8 @@ def table_note(base: Series) -> str:
         "vs oracle: this autoscaler's USD over the oracle's on the same variant and fleet; "
         "hours short: share of the hours with known demand\nwhere ready capacity missed "
         "it by > 0.1 %; WAPE and upper covers: the forecast 20 min ahead (what was ordered "
-        f"for), days 2-{base.days:g}\n"
+        f"for), days 2-{base.days:g}; point, margin, damping: where the USD over the\n"
+        "oracle's goes, as shares of the oracle's USD (the third table without --variants)\n"
     )
 
 
