@@ -175,10 +175,11 @@ class VariantResult:
         return 100.0 * (self.usd / self.oracle_usd - 1.0)
 
 
-def run_variant(series: Series, config: ScalerConfig) -> VariantResult:
+def run_variant(series: Series, config: ScalerConfig, parts: bool = False) -> VariantResult:
     """Replay the oracle and this autoscaler on ``series``; the fleet's maximum grows
     with the series' scale above 1 (a x10 load on the x1 fleet would test the bounds,
-    not the autoscaler)."""
+    not the autoscaler). ``parts``: also split the cost over the oracle's
+    (``decomposition``: two cheapest-mix programs a window, about doubling the time)."""
     max_replicas = math.ceil(MAX_REPLICAS * max(series.scale, 1.0))
     policy = backtest_policy(max_replicas)
     prices = catalog_prices(policy)
@@ -197,7 +198,7 @@ def run_variant(series: Series, config: ScalerConfig) -> VariantResult:
         series.name, series.note, max_replicas, best.usd, mine.usd,
         100.0 * mine.short_windows / max(mine.known_windows, 1), wape(mean, actual),
         100.0 * float(np.mean(upper[ok] >= actual[ok] * (1 - 1e-9))),
-        decomposition(mix, asked, mine, best)[1:],
+        decomposition(mix, asked, mine, best)[1:] if parts else ("-", "-", "-"),
     )  # fmt: skip
 
 
@@ -235,7 +236,7 @@ def print_variants(
         "peak exceeds the x1 fleet's maximum, so its maximum is x10 too)\n"
     )
     with ProcessPoolExecutor(max(jobs, 1)) as pool:
-        replayed = list(pool.map(run_variant, every, [config] * len(every)))
+        replayed = list(pool.map(run_variant, every, [config] * len(every), [True] * len(every)))
     print(table_note(base))
     print(variants_table(replayed))
 
