@@ -81,6 +81,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--stream", action="store_true", help="streamed answers")
     parser.add_argument(
+        "--time-scale", type=float, default=0.0,
+        help="the engine's pace (0: every answer at once, one piece; > 0: tokens paced at "
+        "that share of the profile's prefill and decode times, a stream of events)",
+    )  # fmt: skip
+    parser.add_argument(
         "--env-a",
         action="append",
         default=[],
@@ -109,8 +114,8 @@ def main() -> None:
                     "SKYROUTE_POLICY": str(policy), "SKYROUTE_LOG_LEVEL": "INFO",
                     "OTEL_TRACES_EXPORTER": "none"}  # fmt: skip
         engine_cmd = [sys.executable, "-m", "simengine", "--port", str(engine_port),
-                      "--profile", PROFILE, "--model", UPSTREAM_MODEL, "--time-scale", "0",
-                      "--log-level", "WARNING"]  # fmt: skip
+                      "--profile", PROFILE, "--model", UPSTREAM_MODEL, "--time-scale",
+                      str(args.time_scale), "--log-level", "WARNING"]  # fmt: skip
         procs.append(subprocess.Popen(engine_cmd, cwd=args.b, env=base_env))
         wait_http(engine_url + "/health", 30, procs[-1], b"")
         urls: dict[str, str] = {}

@@ -124,6 +124,30 @@ async def test_chunked_stream_arrives_piece_by_piece() -> None:
 
 
 @run_async
+async def test_pieces_that_arrived_together_come_out_as_one() -> None:
+    # An engine's events often arrive several to a read; each piece costs the relay a
+    # pass and the client a write, so what is already at hand is handed over at once.
+    async def chunked(
+        server: Server, reader: asyncio.StreamReader, w: asyncio.StreamWriter
+    ) -> None:
+        await server.read_request(reader)
+        # One write (one loopback segment): the head and three pieces arrive together.
+        w.write(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"6\r\ndata:1\r\n6\r\ndata:2\r\n6\r\ndata:3\r\n0\r\n\r\n"
+        )
+        await w.drain()
+        await server.read_request(reader)
+
+    async with serve(chunked) as server:
+        client = UpstreamClient()
+        resp = await client.post(server.url, b"{}", {}, TIMEOUTS)
+        assert [c async for c in resp.iter_chunks()] == [b"data:1data:2data:3"]
+        resp.close()
+        await client.close()
+
+
+@run_async
 async def test_body_delimited_by_close() -> None:
     async def until_close(
         server: Server, reader: asyncio.StreamReader, w: asyncio.StreamWriter
@@ -216,7 +240,7 @@ async def test_idle_stream_is_a_timeout() -> None:
 
 @run_async
 async def test_first_chunk_has_its_own_timeout_then_the_stream_goes_on() -> None:
-    go_on = asyncio.Event()
+    go_on, more = asyncio.Event(), asyncio.Event()
 
     async def slow_start(
         server: Server, reader: asyncio.StreamReader, w: asyncio.StreamWriter
@@ -226,7 +250,10 @@ async def test_first_chunk_has_its_own_timeout_then_the_stream_goes_on() -> None
         w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
         await w.drain()
         await go_on.wait()  # the first request's body never comes: it times out
-        w.write(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        w.write(b"3\r\nabc\r\n")
+        await w.drain()
+        await more.wait()
+        w.write(b"2\r\nde\r\n0\r\n\r\n")
         await w.drain()
 
     async with serve(slow_start) as server:
@@ -239,6 +266,7 @@ async def test_first_chunk_has_its_own_timeout_then_the_stream_goes_on() -> None
         go_on.set()
         resp = await client.post(server.url, b"{}", {}, timeouts)
         assert await resp.first_chunk(2.0) == b"abc"
+        more.set()
         assert [c async for c in resp.iter_chunks()] == [b"de"]
         resp.close()
         await client.close()
