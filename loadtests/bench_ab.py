@@ -1,7 +1,7 @@
 """Gateway CPU per request of two skyroute checkouts, measured in alternating rounds.
 
     python loadtests/bench_ab.py --a OLD_TREE --b NEW_TREE [--rounds 6] [--duration 3]
-        [--concurrency 32] [--stream] [--json out.json]
+        [--concurrency 32] [--stream] [--time-scale 0] [--json out.json]
     python loadtests/bench_ab.py --a . --env-a SKYROUTE_LOG_LEVEL=WARNING   # one setting's cost
 
 On a shared 2-core machine, the CPU per request of one run drifts by 10-20 % from minute
