@@ -56,7 +56,7 @@ import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -168,7 +168,7 @@ class VariantResult:
     short_pct: float
     wape_pct: float
     coverage_pct: float
-    parts: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ("-", "-", "-")
 
     @property
     def over_pct(self) -> float:
@@ -194,12 +194,12 @@ def run_variant(series: Series, config: ScalerConfig, parts: bool = False) -> Va
     mean = np.asarray([asked.mean[k].sum() for k in ks])
     upper = np.asarray([asked.upper[k].sum() for k in ks])
     ok = np.isfinite(actual)
-    return VariantResult(
+    result = VariantResult(
         series.name, series.note, max_replicas, best.usd, mine.usd,
         100.0 * mine.short_windows / max(mine.known_windows, 1), wape(mean, actual),
         100.0 * float(np.mean(upper[ok] >= actual[ok] * (1 - 1e-9))),
-        decomposition(mix, asked, mine, best)[1:] if parts else ("-", "-", "-"),
     )  # fmt: skip
+    return replace(result, parts=decomposition(mix, asked, mine, best)[1:]) if parts else result
 
 
 def variants_table(results: Sequence[VariantResult]) -> str:

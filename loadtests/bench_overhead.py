@@ -375,16 +375,17 @@ async def run_all(
             direct = Load(engine_url + path, json_ct, body(UPSTREAM_MODEL, stream), stream)
             via = Load(gw_url + path, gw_headers, body(MODEL, stream), stream, Counter())
             d = await measure(scenario, "direct", direct, args, engine, engine)
-            results.append(d)
+            proxies = []
             if bare is not None:
                 floor = Load(bare[0] + path, json_ct, body(UPSTREAM_MODEL, stream), stream)
-                results.append(await measure(scenario, "bare", floor, args, bare[1], engine))
-            results.append(await measure(scenario, "gateway", via, args, gateway, engine))
-            for r in results[results.index(d) + 1 :]:
+                proxies.append(await measure(scenario, "bare", floor, args, bare[1], engine))
+            g = await measure(scenario, "gateway", via, args, gateway, engine)
+            for r in [*proxies, g]:
                 r.added_p50_ms = round(r.p50_ms - d.p50_ms, 3)
                 r.added_p99_ms = round(r.p99_ms - d.p99_ms, 3)
-            print(f"  done {scenario}: direct {d.rps:.0f} req/s, gateway "
-                  f"{results[-1].rps:.0f} req/s", flush=True)  # fmt: skip
+            results += [d, *proxies, g]
+            print(f"  done {scenario}: direct {d.rps:.0f} req/s, gateway {g.rps:.0f} req/s",
+                  flush=True)  # fmt: skip
     return results
 
 
@@ -544,7 +545,8 @@ def main() -> None:
             bare = (bare_url, psutil.Process(procs[-1].pid))
         if args.busy_cpus:
             # Bounded: each spinner stops by itself after the longest the phases can take.
-            bound_s = (12 if args.bare else 8) * args.duration + 120
+            phases = 4 * (3 if args.bare else 2)  # scenarios x (direct, bare?, gateway)
+            bound_s = phases * args.duration + 120
             spin = f"import os, time\nos.nice(19)\nend = time.monotonic() + {bound_s}\n" + (
                 "while time.monotonic() < end: pass"
             )

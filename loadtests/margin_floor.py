@@ -25,18 +25,21 @@ hindsight factor. Windows whose demand is unknown are not scored. Prints numbers
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+# The forecast's own state and gap holding, so that "the autoscaler's" features are its.
+from autoscaler.forecast import _LAGS, _held, _state
 from autoscaler.quantreg import quantile_regression
-from base.types import FloatArray
+from base.types import FloatArray, IntArray
 
 try:
+    from loadtests.backtest_autoscaler import table
     from loadtests.backtest_series import DEFAULT_SERIES, VARIANT_SEED, read_series, variants
 except ModuleNotFoundError:  # run as a script: this directory is on sys.path
+    from backtest_autoscaler import table  # type: ignore[no-redef,import-not-found]
     from backtest_series import (  # type: ignore[no-redef,import-not-found]
         DEFAULT_SERIES,
         VARIANT_SEED,
@@ -46,46 +49,54 @@ except ModuleNotFoundError:  # run as a script: this directory is on sys.path
 
 DAY = 144  # 600 s windows
 AHEAD = 2  # the window after next: what the back-test orders for
-LAGS = 6  # one hour of history in every feature set
+Features = Callable[[FloatArray, IntArray], FloatArray]
 
 
-def _own(x: FloatArray, t: int) -> list[float]:
-    """The autoscaler's state (``autoscaler.forecast._state``) at window ``t``."""
-    w = x[t - LAGS : t + 1]
-    return [1.0, x[t], x[t - 1], x[t - 2], float(w.mean()), float(np.abs(np.diff(w)).mean())]
+def _own(x: FloatArray, t: IntArray) -> FloatArray:
+    """The autoscaler's own regressors at windows ``t`` (``autoscaler.forecast._state``:
+    the last three values, the hour's mean and mean absolute change), one row each."""
+    return np.asarray(_state(x)[t - _LAGS], dtype=np.float64)
 
 
-def _time_of_day(t: int) -> list[float]:
-    a = 2.0 * math.pi * ((t + AHEAD) % DAY + 0.5) / DAY
-    return [math.sin(a), math.cos(a), math.sin(2 * a), math.cos(2 * a)]
+def _hour_max(x: FloatArray, t: IntArray) -> FloatArray:
+    hour = np.lib.stride_tricks.sliding_window_view(x, _LAGS + 1).max(axis=1)
+    return np.asarray(hour[t - _LAGS, None], dtype=np.float64)
 
 
-FEATURES: dict[str, Callable[[FloatArray, int], list[float]]] = {
+def _time_of_day(_: FloatArray, t: IntArray) -> FloatArray:
+    a = 2.0 * np.pi * ((t + AHEAD) % DAY + 0.5) / DAY
+    return np.stack([np.sin(a), np.cos(a), np.sin(2 * a), np.cos(2 * a)], axis=1)
+
+
+def _means(x: FloatArray, t: IntArray) -> FloatArray:
+    """The means of the last 6 h and 24 h (windows ``t`` - 36 .. ``t`` and ``t`` - 144 ..
+    ``t``; every origin has a day of history before it)."""
+    total = np.concatenate([[0.0], np.cumsum(x)])
+    return np.stack([(total[t + 1] - total[t - n]) / (n + 1) for n in (36, DAY)], axis=1)
+
+
+def _joined(*parts: Features) -> Features:
+    return lambda x, t: np.hstack([part(x, t) for part in parts])
+
+
+FEATURES: dict[str, Features] = {
     "the autoscaler's": _own,
-    "+ hour's max": lambda x, t: [*_own(x, t), float(x[t - LAGS : t + 1].max())],
-    "+ time of day": lambda x, t: [*_own(x, t), *_time_of_day(t)],
-    "+ max, time of day, 6 h and 24 h means": lambda x, t: [
-        *_own(x, t),
-        float(x[t - LAGS : t + 1].max()),
-        *_time_of_day(t),
-        float(x[max(t - 36, 0) : t + 1].mean()),
-        float(x[max(t - DAY, 0) : t + 1].mean()),
-    ],
+    "+ hour's max": _joined(_own, _hour_max),
+    "+ time of day": _joined(_own, _time_of_day),
+    "+ max, time of day, 6 h and 24 h means": _joined(_own, _hour_max, _time_of_day, _means),
 }
 
 
 def margins(
-    rate: FloatArray, truth: FloatArray, features: Callable[[FloatArray, int], list[float]],
-    quantile: float, test_from_day: int,
-) -> tuple[float, float, float]:  # fmt: skip
+    rate: FloatArray, truth: FloatArray, features: Features, quantile: float, test_from_day: int
+) -> tuple[float, float, float]:
     """(coverage, margin, margin at the hindsight factor) of one feature set on one
-    series: ``rate`` as observed (gaps held at the last value seen), ``truth`` the
-    demand scored (NaN: not scored)."""
+    series: ``rate`` as observed (gaps held at the last value seen, as the forecast
+    holds them), ``truth`` the demand scored (NaN: not scored)."""
     seen = np.where(np.isfinite(truth) & (rate > 0), rate, np.nan)
-    index = np.maximum.accumulate(np.where(np.isfinite(seen), np.arange(len(seen)), 0))
-    x = np.log(np.maximum(seen[index], 1e-9))
+    x = np.log(_held(seen))
     origins = np.arange(DAY, len(x) - AHEAD)
-    design = np.asarray([features(x, int(t)) for t in origins])
+    design = features(x, origins)
     target = np.log(np.maximum(np.nan_to_num(truth[origins + AHEAD], nan=0.0), 1e-9))
     scored = np.isfinite(truth[origins + AHEAD])
     upper = np.full(len(origins), np.nan)
@@ -126,11 +137,7 @@ def main() -> None:
                 series.observed, series.truth, features, args.quantile, args.test_from_day
             )
             rows.append((series.name, name, f"{100 * cov:.2f} %", f"{raw:.3f}", f"{fair:.3f}"))
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    for i, row in enumerate([head, *rows]):
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+    print(table(head, rows))
 
 
 if __name__ == "__main__":

@@ -156,9 +156,8 @@ class Connection(asyncio.Protocol):
         # Everything that has arrived, as one piece: an engine's events often come
         # several to a read (httptools gives each HTTP chunk apart), and each piece
         # costs the relay a pass and the client a write; merging delays none of them.
-        chunks = self._chunks
-        chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
+        chunk = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
         self._buffered -= len(chunk)
         if self._paused and self._buffered < LOW_WATER_BYTES and self.transport:
             self._paused = False
