@@ -58,11 +58,15 @@ async def restore(store: Store, tables: AccessTables, now_s: float) -> bool:
         ),
         now_s,
     )
-    if done:
+    if done and (keys or tenants or spend):
         logger.warning(
             "redis had lost the access tables: refilled %d keys, %d tenants, %d spend counters",
             len(keys), sum(not t.deleted for t in tenants), len(spend),
         )  # fmt: skip
+    elif done:
+        # An empty store behind an empty Redis is a first start, not a loss: nothing
+        # was there to lose, so nobody should be paged for it.
+        logger.info("access tables initialised: the store holds no keys, tenants or spend yet")
     return done
 
 

@@ -4,6 +4,7 @@ one stays revoked), admin-API tenants with their limits, and the spend so far.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -89,6 +90,28 @@ async def test_restore_after_a_flush_brings_back_keys_tenants_and_spend(
         await publish(tables, served(4, now_s))
         assert await admit(tables, "live", now_s) == AdmitCode.BUDGET
         assert not await restore(store, tables, now_s)
+
+
+@run_async
+async def test_a_first_start_is_not_reported_as_a_loss_and_a_real_loss_is(
+    db_url: str, live_redis: RedisTarget, caplog: pytest.LogCaptureFixture
+) -> None:
+    now_s = time.time()
+    async with opened(db_url) as store, access_tables(live_redis) as tables:
+        with caplog.at_level(logging.INFO, logger="store.restore"):
+            assert await restore(store, tables, now_s)  # empty store, empty Redis
+            assert [r.levelno for r in caplog.records] == [logging.INFO]
+            await _delete_prefix(live_redis)  # so that setup() starts as a first start
+            await setup(store, tables, now_s)
+            await _delete_prefix(live_redis)
+            caplog.clear()
+            assert await restore(store, tables, now_s)
+        assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+            (
+                logging.WARNING,
+                "redis had lost the access tables: refilled 2 keys, 1 tenants, 3 spend counters",
+            )
+        ]
 
 
 @run_async
