@@ -51,7 +51,7 @@ from loadtests.bench_overhead import (  # noqa: E402
     wait_http,
     write_policy,
 )
-from loadtests.bench_procs import pin_threads, tree_cpu_s  # noqa: E402
+from loadtests.bench_procs import pin_threads, stop_on_sigterm, tree_cpu_s  # noqa: E402
 
 
 async def phase(url: str, key: str, stream: bool, concurrency: int, seconds: float,
@@ -73,6 +73,7 @@ async def phase(url: str, key: str, stream: bool, concurrency: int, seconds: flo
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--a", type=Path, required=True, help="checkout A (the baseline)")
     parser.add_argument("--b", type=Path, default=_ROOT, help="checkout B (default: this one)")

@@ -44,6 +44,13 @@ from aiohttp import web
 
 from skyroute.embedded_redis import free_port, redis_url_or_embedded
 
+# ``python loadtests/bench_faults.py`` puts this directory, not the project, on sys.path.
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.bench_procs import stop_on_sigterm  # noqa: E402
+
 MODEL = "chat-model"
 ODD_MODEL = "odd-model"
 UPSTREAM = "upstream-chat"
@@ -408,6 +415,7 @@ def gateway_cpu_s(fleet: Fleet) -> float:
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=20.0, help="requests per second")
     parser.add_argument("--warm-s", type=float, default=3.0)

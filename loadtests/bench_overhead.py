@@ -58,6 +58,13 @@ import yaml
 from live.redis_client import commands_run, connect
 from skyroute.embedded_redis import EmbeddedRedis, EmbeddedRedisCluster, free_port
 
+# ``python loadtests/bench_overhead.py`` puts this directory, not the project, on sys.path.
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.bench_procs import stop_on_sigterm  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "bench-model"
 UPSTREAM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -435,6 +442,7 @@ def report(
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
     parser.add_argument("--json", type=Path, help="write all numbers to this file")

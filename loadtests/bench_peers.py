@@ -65,6 +65,7 @@ from loadtests.bench_procs import (  # noqa: E402
     Processes,
     own_cpu_s,
     pin_threads,
+    stop_on_sigterm,
     tree_cpu_s,
     tree_peak_rss_mb,
 )
@@ -340,6 +341,7 @@ def redis_server(url: str) -> psutil.Process | None:
 
 
 def main() -> None:
+    stop_on_sigterm()
     args = parse_args(__doc__.split("\n\n")[0])
     own_redis: EmbeddedRedis | None = None
     with tempfile.TemporaryDirectory(prefix="skyroute-peers-") as tmp:

@@ -4,19 +4,36 @@ Pinning sets the affinity of every thread of every process in a tree (what ``tas
 does): pinning a process by pid moves only its main thread, and threads that already exist
 (uvicorn's, Node's libuv pool, Redis' I/O and background threads) stay where they were.
 Threads and children created later inherit their creator's affinity.
+
+A benchmark stopped by SIGTERM (``kill``, a CI job's timeout) must stop what it started:
+``stop_on_sigterm`` turns the signal into ``SystemExit`` so that its ``finally`` blocks
+and ``atexit`` hooks run, as they do for Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import FrameType
 
 import psutil
+
+
+def stop_on_sigterm() -> None:
+    """From now on SIGTERM raises ``SystemExit(143)`` in the main thread (the shell's
+    exit status for it), so the benchmark's clean-up runs: Python's default is to die at
+    once, leaving the engines, gateways and Redis servers it started running."""
+
+    def exit_(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_)
 
 
 def tree(proc: psutil.Process) -> list[psutil.Process]:

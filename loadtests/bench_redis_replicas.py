@@ -23,7 +23,9 @@ import functools
 import os
 import random
 import secrets
+import sys
 import time
+from pathlib import Path
 
 from base.auth_digest import digest_hex
 from gateway.settings import GatewaySettings
@@ -34,6 +36,13 @@ from live.table_reader import TableReader
 from live.tables import LiveTables, PoolObservations
 from router.policy import TenantSpec
 from skyroute.embedded_redis import EmbeddedRedis, EmbeddedRedisCluster
+
+# ``python loadtests/bench_redis_replicas.py`` puts this directory, not the project, on sys.path.
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.bench_procs import stop_on_sigterm  # noqa: E402
 
 POOLS = [f"{p}:r{i}:bench" for p in ("aws", "gcp", "azure") for i in range(2)]
 FLUSH_S, REFRESH_S, TTL_MS = 0.05, 0.1, 3000
@@ -118,6 +127,7 @@ async def measure(url: str, replicas: int, rate: float, seconds: float) -> tuple
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=400.0, help="total req/s (400)")
     parser.add_argument("--seconds", type=float, default=5.0, help="per replica count (5)")

@@ -38,6 +38,13 @@ import psutil
 
 from skyroute.embedded_redis import free_port, redis_url_or_embedded
 
+# ``python loadtests/bench_startup.py`` puts this directory, not the project, on sys.path.
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.bench_procs import stop_on_sigterm  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("base", "router", "live", "store", "adapters", "gateway", "pricing", "skyroute")
 CLI = "from skyroute.cli import main; main()"
@@ -187,6 +194,7 @@ def workers_rss(src: Path, redis_url: str, n: int) -> tuple[list[float], float |
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--src", type=Path, default=ROOT, help="checkout to measure")
     parser.add_argument("--runs", type=int, default=5)

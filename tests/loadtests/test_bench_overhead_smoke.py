@@ -6,10 +6,14 @@ Timings are never asserted here; the benchmark only prints them.
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = {"closed_nonstream", "closed_stream", "open_nonstream", "open_stream"}
@@ -59,3 +63,26 @@ def test_quick_benchmark_with_tracing_exports_spans_to_its_sink(tmp_path: Path) 
     assert tracing["bad"] == 0
     # Every finished request has at least its server span in the sink.
     assert tracing["spans"] >= tracing["requests"]
+
+
+def test_sigterm_stops_the_engine_and_gateway_the_benchmark_started(tmp_path: Path) -> None:
+    # Python dies at SIGTERM without running ``finally``: the engine and the gateway it
+    # had started kept running (found after a killed run).
+    with subprocess.Popen(
+        [sys.executable, str(ROOT / "loadtests" / "bench_overhead.py"), "--quick",
+         "--duration", "60"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()  # printed once both are up, before the phases
+            found = re.search(r"\(pid (\d+)\), gateway \S+ \(pid (\d+)\)", first)
+            assert found, first
+            children = [psutil.Process(int(pid)) for pid in found.groups()]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+            _, alive = psutil.wait_procs(children, timeout=5)
+            assert not alive, f"still running after the benchmark stopped: {alive}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
