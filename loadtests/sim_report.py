@@ -6,8 +6,8 @@ Runs ``skyroute simulate`` (in process, the README's settings: ``--scale-fleet a
 client regions 60/20/20) on the Azure conversation trace and its variants (code
 completion, long context, bursts, and the original at twice and half its rate) and on
 the Mooncake synthetic trace; each with the reactive scaler and the achievable reference
-(a), then with the planner (``decide()``), and the conversation trace under the planner
-at seed 1 too. Writes one table per run:
+(a), then each with the planner (``decide()``), and the conversation trace under the
+planner at seed 1 too. Writes one table per run:
 each policy's provisioned cost, SLO attainment, whether it reaches 99 % of the
 attainable attainment, and its gap to (a) and to the valid bound (b), then the verdict
 against the issue's targets. ``--quick`` replays the first 3,000 requests only.
@@ -44,6 +44,8 @@ RUNS: tuple[tuple[str, Path, str, float, str, int, bool], ...] = (
     ("conversation, code completion", CONV, "code", 1.0, "planner", 0, False),
     ("conversation, long context", CONV, "long-context", 1.0, "planner", 0, False),
     ("conversation, bursts x3", CONV, "burst", 1.0, "planner", 0, False),
+    ("conversation, rate x2", CONV, "original", 2.0, "planner", 0, False),
+    ("conversation, rate x0.5", CONV, "original", 0.5, "planner", 0, False),
     ("Mooncake synthetic", MOONCAKE, "original", 1.0, "planner", 0, False),
 )
 
