@@ -86,7 +86,7 @@ class RoutingState:
         """Replace the snapshot with freshly read rows; a pool the shared state has
         readmitted since this replica blocked it is unblocked here too, and the
         replicas its node group reports now are the ones requests choose among."""
-        self.snapshot = Snapshot.build(self.policy, rows, taken_at_s)
+        self.snapshot = Snapshot.build(self.policy, rows, taken_at_s, previous=self.snapshot)
         self.replicas.follow(rows, time.monotonic(), time.time())
         for pid in self.outlier.ejected_ids():
             row = rows.get(pid)

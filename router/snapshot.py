@@ -276,6 +276,30 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
     return out
 
 
+def _same_inputs(a: Snapshot, b: Snapshot) -> bool:
+    """Whether ``_views`` would compute the same views for ``b`` as for ``a`` (built for
+    the same policy): the columns it reads and each pool's state are equal (NaN equal
+    to NaN: an unmeasured TPOT stays unmeasured)."""
+    if a.pool_ids != b.pool_ids or not a.views:
+        return False
+    for x, y in (
+        (a.inflight, b.inflight),
+        (a.ready, b.ready),
+        (a.weight, b.weight),
+        (a.available, b.available),
+        (a.tpot_ms, b.tpot_ms),
+        (a.usd_per_gpu_hour, b.usd_per_gpu_hour),
+    ):
+        if not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+            return False
+    return all(_state(a, pid) is _state(b, pid) for pid in a.pool_ids)
+
+
+def _state(snap: Snapshot, pid: str) -> PoolState:
+    row = snap.rows.get(pid)
+    return row.state if row is not None else PoolState.HEALTHY
+
+
 def _region_view(
     policy: CompiledPolicy,
     key: tuple[str, str],
@@ -325,9 +349,18 @@ class Snapshot:
 
     @classmethod
     def build(
-        cls, policy: CompiledPolicy, rows: Mapping[str, PoolRow], taken_at_s: float
+        cls,
+        policy: CompiledPolicy,
+        rows: Mapping[str, PoolRow],
+        taken_at_s: float,
+        previous: Snapshot | None = None,
     ) -> Snapshot:
-        """Align ``rows`` (pool id -> row; missing pools get defaults) with ``policy``."""
+        """Align ``rows`` (pool id -> row; missing pools get defaults) with ``policy``.
+
+        ``previous``: the last snapshot built for the same ``policy`` (the caller
+        vouches for that), whose per-model views are taken over when every column they
+        are computed from is unchanged. An idle gateway rebuilds its snapshot ten times
+        a second from the same values, and the views were most of that work."""
         default = PoolRow()
         ordered = [rows.get(pid, default) for pid in policy.pool_ids]
 
@@ -361,7 +394,8 @@ class Snapshot:
             taken_at_s=taken_at_s,
             rows={pid: r for pid, r in zip(policy.pool_ids, ordered, strict=True)},
         )
-        object.__setattr__(snap, "views", _views(policy, snap))
+        views = previous.views if previous is not None and _same_inputs(previous, snap) else None
+        object.__setattr__(snap, "views", views if views is not None else _views(policy, snap))
         return snap
 
     @classmethod
