@@ -59,13 +59,12 @@ from live.redis_client import commands_run, connect
 from skyroute.embedded_redis import EmbeddedRedis, EmbeddedRedisCluster, free_port
 
 # ``python loadtests/bench_overhead.py`` puts this directory, not the project, on sys.path.
-_ROOT = Path(__file__).resolve().parents[1]
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_procs import stop_on_sigterm  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "bench-model"
 UPSTREAM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 PROFILE = "h100-llama-3.1-8b"

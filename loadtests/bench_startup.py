@@ -39,13 +39,12 @@ import psutil
 from skyroute.embedded_redis import free_port, redis_url_or_embedded
 
 # ``python loadtests/bench_startup.py`` puts this directory, not the project, on sys.path.
-_ROOT = Path(__file__).resolve().parents[1]
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_procs import stop_on_sigterm  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("base", "router", "live", "store", "adapters", "gateway", "pricing", "skyroute")
 CLI = "from skyroute.cli import main; main()"
 # The path ``skyroute serve`` takes before it serves: the parser, then the serving modules.

@@ -209,9 +209,7 @@ def _views(policy: CompiledPolicy, snap: Snapshot) -> dict[str, ModelView]:
     per_token = usd_per_token(snap.usd_per_gpu_hour, policy.gpus, policy.goodput_tps)
     priced = np.isfinite(per_token) & (per_token > 0)
     per_token = np.where(priced, per_token, np.inf)
-    states = [
-        snap.rows[pid].state.value if pid in snap.rows else "healthy" for pid in policy.pool_ids
-    ]
+    states = [_state(snap, pid).value for pid in policy.pool_ids]
     out: dict[str, ModelView] = {}
     for model, m in policy.by_model.items():
         spec = policy.policy.models[policy.route_model.get(model, model)]
@@ -296,6 +294,7 @@ def _same_inputs(a: Snapshot, b: Snapshot) -> bool:
 
 
 def _state(snap: Snapshot, pid: str) -> PoolState:
+    """A pool's state in ``snap``; healthy where it has no row."""
     row = snap.rows.get(pid)
     return row.state if row is not None else PoolState.HEALTHY
 
@@ -394,8 +393,11 @@ class Snapshot:
             taken_at_s=taken_at_s,
             rows={pid: r for pid, r in zip(policy.pool_ids, ordered, strict=True)},
         )
-        views = previous.views if previous is not None and _same_inputs(previous, snap) else None
-        object.__setattr__(snap, "views", views if views is not None else _views(policy, snap))
+        if previous is not None and _same_inputs(previous, snap):
+            views = previous.views
+        else:
+            views = _views(policy, snap)
+        object.__setattr__(snap, "views", views)
         return snap
 
     @classmethod
