@@ -5,11 +5,13 @@ what makes the usage records reconcile with the metrics and the logs."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import secrets
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 from adapters.upstream import UpstreamTimeouts
 from base.errors import UpstreamError
@@ -109,6 +111,41 @@ class RequestFinisher:
         # finisher, then a counter), the ledger's idempotency id (store.usage_rows).
         self._uid_epoch = secrets.token_hex(8)
         self._uids = itertools.count()
+
+    def finish_soon(
+        self,
+        ctx: RequestContext,
+        route: RouteRequest,
+        attempt: Attempt | None,
+        prompt: int,
+        completion: int,
+        cost_usd: float,
+        status: str,
+        *,
+        ttft_ms: float | None = None,
+        tpot_ms: float | None = None,
+        response_model: str | None = None,
+    ) -> None:
+        """``finish`` on the event loop's next turn (same arguments).
+
+        Called where an answer is complete and about to be written: the task writing
+        it does not yield before its bytes are handed to the socket, so the record is
+        made after the client has its answer, not on the way to it (the records, the
+        metrics and the access line were about a tenth of a lightly loaded gateway's
+        CPU per request, all of it added latency). Any later request of this process
+        is handled after the record: the loop runs callbacks in the order they were
+        scheduled. The latency recorded is until the answer was written. With no
+        running loop (a stream finalised at shutdown) it records at once."""
+        record = partial(
+            self.finish, ctx, route, attempt, prompt, completion, cost_usd, status,
+            ttft_ms=ttft_ms, tpot_ms=tpot_ms, response_model=response_model,
+        )  # fmt: skip
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            record()
+            return
+        loop.call_soon(record)
 
     def finish(
         self,

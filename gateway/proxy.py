@@ -385,7 +385,7 @@ class Forwarder:
         if attempt.replica is not None:
             attempt.replica.served()
         cost = tokens * attempt.usd_per_token
-        self.finisher.finish(
+        self.finisher.finish_soon(
             ctx,
             route,
             attempt,

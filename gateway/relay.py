@@ -116,7 +116,7 @@ class StreamRelays:
             prompt = watch.prompt_tokens if watch.prompt_tokens is not None else route.prompt_tokens
             completion = watch.output_tokens()
             cost = (prompt + completion) * attempt.usd_per_token
-            self.finisher.finish(
+            self.finisher.finish_soon(
                 ctx, route, attempt, prompt, completion, cost, "ok" if status == "200" else status,
                 ttft_ms=(watch.first_at - ctx.received_at) * 1000.0, tpot_ms=watch.tpot_ms(),
             )  # fmt: skip

@@ -1,0 +1,97 @@
+"""A finished request is recorded once, after its answer is written and before the
+process handles anything else."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Message
+
+from gateway.decisions import DecisionLog
+from gateway.fast_paths import endpoint
+from gateway.finish import RequestContext, RequestFinisher
+from gateway.metrics import GatewayMetrics
+from gateway.usage import UsageLog
+from live.access_table import UsageRecord
+from live.demand_table import DemandRecord
+from router.scoring import RouteRequest
+
+ROUTE = RouteRequest("m", 400, None, "standard", "aws:us-east-1")
+
+
+def finisher() -> RequestFinisher:
+    usage: UsageLog[UsageRecord] = UsageLog()
+    demand: UsageLog[DemandRecord] = UsageLog()
+    return RequestFinisher(usage, demand, DecisionLog(), GatewayMetrics())
+
+
+def context(request_id: str) -> RequestContext:
+    return RequestContext("acme", request_id, 500, 0.0)
+
+
+def finish_soon(f: RequestFinisher, request_id: str) -> None:
+    f.finish_soon(context(request_id), ROUTE, None, 400, 100, 0.001, "ok")
+
+
+def test_the_record_is_made_on_the_loops_next_turn_exactly_once() -> None:
+    f = finisher()
+
+    async def main() -> list[int]:
+        finish_soon(f, "r1")
+        seen = [len(f.usage)]
+        await asyncio.sleep(0)
+        seen.append(len(f.usage))
+        await asyncio.sleep(0)
+        seen.append(len(f.usage))
+        return seen
+
+    assert asyncio.run(main()) == [0, 1, 1]
+    [record] = f.usage.take()
+    assert (record.request_id, record.tenant, record.prompt_tokens) == ("r1", "acme", 400)
+    assert (record.completion_tokens, record.status) == (100, "ok")
+    assert len(f.demand) == 1
+
+
+def test_without_a_running_loop_the_record_is_made_at_once() -> None:
+    f = finisher()
+    finish_soon(f, "r1")
+    assert [r.request_id for r in f.usage.take()] == ["r1"]
+
+
+def test_the_answer_is_written_before_the_record_and_the_next_request_after_it() -> None:
+    """Through the fast-path endpoint as the gateway serves it: when the last byte of the
+    answer is sent the record is not made yet; a request handled next sees it made."""
+    f = finisher()
+    at_send: list[int] = []
+    at_next_request: list[int] = []
+
+    async def handler(request: Request) -> Response:
+        if request.url.path == "/first":
+            finish_soon(f, "r1")
+        else:
+            at_next_request.append(len(f.usage))
+        return Response(b"{}", media_type="application/json")
+
+    app = endpoint(handler)
+
+    def scope(path: str) -> dict[str, object]:
+        return {"type": "http", "method": "POST", "path": path, "headers": [],
+                "query_string": b""}  # fmt: skip
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            at_send.append(len(f.usage))
+
+    async def main() -> None:
+        first = asyncio.ensure_future(app(scope("/first"), receive, send))
+        await first
+        await app(scope("/second"), receive, send)
+
+    asyncio.run(main())
+    assert at_send == [0, 1]
+    assert at_next_request == [1]
