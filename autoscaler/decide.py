@@ -13,8 +13,8 @@ Each cycle:
    the share of its prompts it prefills within the TTFT, if a faster pool can take the rest;
 4. plan the cheapest mix within this cycle's bounds: up by at most a step
    (``ScalerConfig.step``); down only after the cooldown, with a reliable forecast or
-   demand recorded over at least the lead time (``_settled``), no lower than any
-   recommendation in the window, and by at most a step. If the budget
+   demand recorded over at least the lead time (``_settled``), no lower than the
+   stabilisation window holds (``autoscaler.stabilise``), and by at most a step. If the budget
    leaves no solution the bounds give way in that order (named in ``Plan.relaxed``);
 5. make before break: a model's scale-down waits while its ready replicas after it
    would not cover the demand until replicas ordered now are ready.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,25 +36,14 @@ from autoscaler.goodput import slot_load
 from autoscaler.milp import MixProblem, MixSolution, solve_mix
 from autoscaler.plan import DemandLine, Plan
 from autoscaler.reasons import explain
+from autoscaler.stabilise import asked_window, stabilise
 from autoscaler.state import ScalerState
 from base.types import BoolArray, FloatArray, IntArray
 from router.policy import Policy
 
-__all__ = ["DEFAULT_CONFIG", "Bounds", "decide"]
+__all__ = ["DEFAULT_CONFIG", "decide"]
 
 DEFAULT_CONFIG = ScalerConfig()
-
-
-@dataclass(frozen=True, eq=False)
-class Bounds:
-    """This cycle's limits per pool: ``stable`` is the largest recommendation in the
-    stabilisation window, ``cooling`` marks pools that may not shrink now (cooldown, or
-    a forecast not yet ``_settled``), ``up`` the most a pool may grow to."""
-
-    up: IntArray
-    stable: IntArray
-    cooling: BoolArray
-    recommendations: Mapping[str, list[tuple[float, int]]]
 
 
 # A pool serves a line if it meets the TTFT target for at least this share of the line's
@@ -193,44 +181,6 @@ def _settled(lines: Sequence[LineForecast], policy: Policy) -> dict[str, bool]:
     return out
 
 
-def _bounds(
-    fleet: Fleet,
-    raw: MixSolution | None,
-    settled: Mapping[str, bool],
-    state: ScalerState,
-    config: ScalerConfig,
-    now: float,
-) -> Bounds:
-    recommendations: dict[str, list[tuple[float, int]]] = {}
-    for i, s in enumerate(fleet.specs):
-        window = [
-            (t, n)
-            for t, n in state.recommendations.get(s.id, [])
-            if now - t < config.scale_down_window_s
-        ]
-        if fleet.adjustable[i] and raw is not None:
-            window.append((now, int(raw.replicas[i])))
-        recommendations[s.id] = window
-    stable = np.asarray(
-        [
-            max((n for _, n in recommendations[s.id]), default=int(fleet.current[i]))
-            for i, s in enumerate(fleet.specs)
-        ],
-        dtype=np.intp,
-    )
-    up = np.minimum(fleet.high, fleet.current + config.step(fleet.current))
-    up = np.where(fleet.blocked, np.minimum(fleet.current, up), up)
-    cooling = np.asarray(
-        [
-            now - state.last_up_s.get(s.id, -math.inf) < config.cooldown_s
-            or not settled.get(s.model, False)
-            for s in fleet.specs
-        ],
-        dtype=np.bool_,
-    )
-    return Bounds(up, stable, cooling, recommendations)
-
-
 def _make_before_break(
     fleet: Fleet,
     target: IntArray,
@@ -299,8 +249,19 @@ def decide(
         return _problem(fleet, lines, in_time, load, demand, firm, lower, upper, config)
 
     raw_upper = np.where(fleet.blocked, np.clip(fleet.current, fleet.low, fleet.high), fleet.high)
-    raw = solve_mix(problem(fleet.low, raw_upper, required * (1.0 + config.scale_down_margin)))
-    bounds = _bounds(fleet, raw, settled, state, config, now)
+    asked_now = required * (1.0 + config.scale_down_margin)
+    raw = solve_mix(problem(fleet.low, raw_upper, asked_now))
+    asked, peak, known_since = asked_window(lines, asked_now, state, config, now)
+    bounds = stabilise(
+        fleet,
+        raw,
+        settled,
+        state,
+        config,
+        now,
+        lambda within: solve_mix(problem(np.minimum(fleet.low, within), within, peak)),
+        known_since,
+    )
     step_floor = np.maximum(fleet.low, fleet.current - config.step(fleet.current))
     damped = np.maximum(step_floor, np.minimum(bounds.stable, fleet.current))
     # Each attempt's lower bounds; if one leaves no solution (the budget forces a
@@ -357,6 +318,7 @@ def decide(
             "updated_s": now,
             "cycles": state.cycles + 1,
             "recommendations": dict(bounds.recommendations),
+            "asked": asked,
             "corrections": dict(fleet.corrections),
             "last_up_s": last_up,
             "last_down_s": last_down,

@@ -15,7 +15,7 @@ from autoscaler.state import ScalerState
 from base.types import IntArray
 
 if TYPE_CHECKING:
-    from autoscaler.decide import Bounds
+    from autoscaler.stabilise import Bounds
 
 __all__ = ["explain"]
 

@@ -24,7 +24,9 @@ class ScalerState(BaseModel):
     """Immutable; ``decide()`` and the actuator return updated copies.
 
     Times are unix seconds. ``recommendations[pool]`` holds (time, replicas) pairs
-    within the stabilisation window. ``blocked_until_s[pool]`` forbids growing a pool
+    within the stabilisation window and ``asked[line]`` (time, tokens/s) the demand
+    each of them was solved for, per demand line (``demand.line_key``).
+    ``blocked_until_s[pool]`` forbids growing a pool
     (stockout or quota) until then, ``throttled_until_s[provider]`` forbids calling a
     provider. ``replacing[pool]`` lists node ids being replaced. ``holder`` and
     ``token`` record the leader (and its fencing token) that wrote the state.
@@ -38,6 +40,7 @@ class ScalerState(BaseModel):
     token: int = 0
     cycles: int = 0
     recommendations: dict[str, list[tuple[float, int]]] = {}
+    asked: dict[str, list[tuple[float, float]]] = {}
     last_up_s: dict[str, float] = {}
     last_down_s: dict[str, float] = {}
     corrections: dict[str, float] = {}

@@ -7,13 +7,14 @@ import itertools
 import numpy as np
 
 from autoscaler.decide import decide, served_share
-from autoscaler.demand import DemandHistory
+from autoscaler.demand import DemandHistory, line_key
 from autoscaler.fleet import PoolStatus
 from autoscaler.goodput import GoodputObservation
 from autoscaler.plan import Plan
 from autoscaler.state import ScalerState
 from router.health import PoolState
 from tests.autoscaler.conftest import (
+    MODEL,
     T0,
     config,
     history,
@@ -208,6 +209,52 @@ def test_a_pool_shrinks_only_to_the_largest_recommendation_in_the_window() -> No
         config(scale_down_window_s=600.0),
     )
     assert _targets(plan) == {"aws:us-east-1:a": 3}
+
+
+def _two_mixes(asked_before: float | None) -> dict[str, int]:
+    """Targets when the window recommended 3 of pool a, then 3 of its substitute b (a
+    dearer mix, for demand ``asked_before`` tokens/s; None: not recorded), and both run
+    3 now; demand is 2,500 tokens/s, which 3 replicas of either cover."""
+    policy = make_policy(
+        [pool_doc("aws:us-east-1:a", usd=1.0), pool_doc("aws:us-east-1:b", usd=1.2)]
+    )
+    demand = history({"us": steady(2500.0)})
+    now = demand.now_s
+    state = ScalerState(
+        recommendations={
+            "aws:us-east-1:a": [(now - 120.0, 3), (now - 60.0, 0)],
+            "aws:us-east-1:b": [(now - 120.0, 0), (now - 60.0, 3)],
+        },
+        asked={}
+        if asked_before is None
+        else {line_key(MODEL, "us"): [(now - 120.0, 2500.0), (now - 60.0, asked_before)]},
+    )
+    plan = decide(
+        demand,
+        statuses(policy, {"aws:us-east-1:a": 3, "aws:us-east-1:b": 3}),
+        prices(policy),
+        policy,
+        state,
+        config(scale_down_window_s=600.0),
+    )
+    return _targets(plan)
+
+
+def test_the_window_holds_the_demand_of_its_recommendations_not_every_mix() -> None:
+    # Two mixes for the same demand are substitutes: holding each pool's largest
+    # recommendation would keep both (6 replicas for 3 replicas' work).
+    assert _two_mixes(asked_before=2500.0) == {"aws:us-east-1:a": 3, "aws:us-east-1:b": 0}
+
+
+def test_the_window_holds_capacity_for_its_peak_demand() -> None:
+    # A recommendation a minute ago was made for 5,000 tokens/s: the fleet keeps what
+    # covers that, the cheapest part of what runs.
+    assert _two_mixes(asked_before=5000.0) == {"aws:us-east-1:a": 3, "aws:us-east-1:b": 2}
+
+
+def test_without_the_demand_behind_the_window_each_pool_keeps_its_maximum() -> None:
+    # A state written before the demand was kept: the HPA's rule, per pool.
+    assert _two_mixes(asked_before=None) == {"aws:us-east-1:a": 3, "aws:us-east-1:b": 3}
 
 
 def test_noise_around_a_replica_boundary_does_not_make_the_plan_oscillate() -> None:
