@@ -33,8 +33,9 @@ class ScalerConfig:
       max(``max_step``, ceil(``max_step_share`` * n)), so that the limit damps a large
       fleet as much as a small one (a fixed step would pin a fleet ten times larger).
     - ``cooldown_s``: no scale-down of a pool this soon after it scaled up.
-    - ``scale_down_window_s``: a pool shrinks only to the largest size recommended over
-      this window (HPA-style stabilisation).
+    - ``scale_down_window_s``: the fleet shrinks only as far as still covers the largest
+      demand a recommendation was made for over this window (HPA-style stabilisation,
+      with pools as substitutes: ``autoscaler.stabilise``).
     - ``scale_down_margin``: recommendations are made for demand this much higher (0.1 =
       10 %), so noise around a replica boundary does not flap.
     - ``interval_s``: time between cycles; capacity ordered now must cover demand until
