@@ -18,31 +18,22 @@ from typing import Any
 
 from starlette.responses import Response
 
-from adapters.upstream import UpstreamClient, UpstreamResponse
-from base.errors import (
-    RoutingError,
-    UpstreamError,
-    UpstreamInvalidAnswer,
-    UpstreamStatusError,
-    UpstreamStreamError,
-    UpstreamTimeout,
-)
+from adapters.upstream import UpstreamClient
+from base.errors import RoutingError, UpstreamError
 from gateway.deadlines import first_byte_deadline_s, hedge_after_s
 from gateway.decisions import DecisionLog
-from gateway.event_stream import EventStreamResponse
+from gateway.exchange import Exchange
 from gateway.finish import Attempt, RequestContext, RequestFinisher
-from gateway.health import abandon_silent
 from gateway.hedging import race
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import Operation, ParsedRequest
-from gateway.relay import StreamRelays, close_unread
+from gateway.relay import close_unread
 from gateway.replica_attempts import RequestReplicas
 from gateway.rollout_rank import rank_for_rollout
 from gateway.routing_state import RoutingState
 from gateway.shadow import ShadowMirror
-from gateway.streaming import StreamWatch
 from gateway.tracing import NOOP, ChildSpan, attempt_span
-from gateway.upstream_answers import ModelRenamer, checked_usage, unavailable
+from gateway.upstream_answers import unavailable
 from gateway.usage import UsageLog
 from live.access_table import UsageRecord
 from live.demand_table import DemandRecord
@@ -50,14 +41,10 @@ from router.scoring import RouteRequest, TriedPool
 
 logger = logging.getLogger(__name__)
 
-_JSON = "application/json"
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-# What the first line of a server-sent-event stream may start with.
-_SSE_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
-
 
 class Forwarder:
-    """Sends requests upstream through ``UpstreamClient`` with failover."""
+    """Sends requests upstream through ``UpstreamClient`` with failover; each attempt
+    runs in ``Exchange`` (``gateway.exchange``)."""
 
     def __init__(
         self,
@@ -71,12 +58,12 @@ class Forwarder:
         self.upstream = upstream
         self.metrics = metrics
         self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics, state.rollouts)
-        self.relays = StreamRelays(state, self.finisher, self._failed)
+        self.exchange = Exchange(state, upstream, metrics, self.finisher)
         self.shadow = ShadowMirror(state, upstream, metrics)
 
     def end_streams(self) -> int:
         """End every stream being relayed (``StreamRelays.end_all``)."""
-        return self.relays.end_all()
+        return self.exchange.relays.end_all()
 
     async def forward(
         self,
@@ -269,8 +256,8 @@ class Forwarder:
         pool = attempt.pool
         try:
             if parsed.stream:
-                return await self._stream(parsed, attempt, headers, route, ctx)
-            response = await self._unary(parsed, attempt, headers, route, ctx)
+                return await self.exchange.stream(parsed, attempt, headers, route, ctx)
+            response = await self.exchange.unary(parsed, attempt, headers, route, ctx)
             attempt.span.end()
             return response
         except UpstreamError as exc:
@@ -285,185 +272,3 @@ class Forwarder:
             attempt.span.end()
             self.state.outlier.release_trial(pool.id)
             raise
-
-    def _failed(self, attempt: Attempt, exc: UpstreamError) -> None:
-        pool_id = attempt.pool.id
-        self.state.observe(pool_id, ok=False)
-        self.state.rollouts.attempt(attempt.pool, ok=False)
-        self.metrics.upstream_errors.labels(pool=pool_id, kind=type(exc).__name__).inc()
-        pick = attempt.replica
-        if pick is not None:
-            replica = pick.pool.replicas[pick.index]
-            ejections = replica.ejections
-            if pick.pool.on_failure(pick.index, str(exc), time.monotonic()):
-                # The replica's fault: the pool still serves from its other replicas.
-                if replica.ejections > ejections:
-                    self._abandon_silent(attempt, exc)
-                return
-        if self.state.outlier.on_failure(pool_id, time.time(), str(exc)):
-            self._abandon_silent(attempt, exc)
-
-    def _abandon_silent(self, attempt: Attempt, exc: UpstreamError) -> None:
-        # A deadline that ejected its engine: the requests sent to that engine since, and
-        # still without a byte of answer, are stuck behind the same hang. Each would sit
-        # out its own deadline (up to 2 x its whole answer's time for a non-streaming
-        # one) before failing over; they fail over now instead. An engine that answered
-        # 5xx or refused the connection already failed the others at once.
-        if not isinstance(exc, UpstreamTimeout):
-            return
-        reason = f"pool {attempt.pool.id} ejected after a missed deadline: {exc}"
-        abandon_silent(self.upstream, attempt.url, reason)
-
-    async def _open(
-        self, parsed: ParsedRequest, attempt: Attempt, headers: dict[str, str]
-    ) -> UpstreamResponse:
-        body = parsed.upstream_body(attempt.pool.upstream_model)
-        resp = await self.upstream.post(
-            attempt.url, body, headers, attempt.timeouts(self.state.policy.policy.routing)
-        )
-        if resp.status >= 500 or resp.status == 429:
-            resp.close()
-            raise UpstreamStatusError(
-                f"pool {attempt.pool.id} answered {resp.status}",
-                pool_id=attempt.pool.id,
-                status=resp.status,
-            )
-        return resp
-
-    def _client_error(
-        self, status: int, body: bytes, attempt: Attempt, route: RouteRequest, ctx: RequestContext
-    ) -> Response:
-        # A client error (bad parameters, context too long) is relayed as it came; the
-        # pool that answered it is healthy.
-        self.state.outlier.on_success(attempt.pool.id, time.time())
-        self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{status}")
-        return Response(
-            body,
-            status_code=status,
-            media_type=_JSON,
-            headers=attempt.response_headers(0.0, ctx.request_id),
-        )
-
-    async def _unary(
-        self,
-        parsed: ParsedRequest,
-        attempt: Attempt,
-        headers: dict[str, str],
-        route: RouteRequest,
-        ctx: RequestContext,
-    ) -> Response:
-        pool_id = attempt.pool.id
-        self.state.acquire(pool_id, attempt.replica)
-        started = time.perf_counter()
-        try:
-            resp = await self._open(parsed, attempt, headers)
-            async with resp:
-                body = await resp.read()
-        except UpstreamError as exc:
-            self._failed(attempt, exc)
-            raise
-        finally:
-            self.state.release(pool_id, attempt.replica)
-        elapsed_ms = (time.perf_counter() - started) * 1000.0
-        if resp.status != 200:
-            return self._client_error(resp.status, body, attempt, route, ctx)
-        try:
-            prompt, completion, model = checked_usage(body, parsed.operation, pool_id)
-        except UpstreamError as exc:
-            self._failed(attempt, exc)
-            raise
-        prompt_tokens = prompt if prompt is not None else route.prompt_tokens
-        tokens = prompt_tokens + (completion or 0)
-        tpot = None
-        if completion and completion >= 8:
-            # No first-token time is visible without streaming; the prefill share is
-            # taken off using the pool's profile so TPOT is not overstated.
-            prefill_ms = route.prompt_tokens / attempt.pool.goodput.prefill_tokens_per_s * 1000
-            tpot = max(elapsed_ms - prefill_ms, 0.0) / completion
-        self.state.observe(pool_id, ok=True, tpot_ms=tpot)
-        self.state.outlier.on_success(pool_id, time.time())
-        if attempt.replica is not None:
-            attempt.replica.served()
-        cost = tokens * attempt.usd_per_token
-        self.finisher.finish_soon(
-            ctx,
-            route,
-            attempt,
-            prompt_tokens,
-            completion or 0,
-            cost,
-            "ok",
-            tpot_ms=tpot,
-            response_model=model,
-        )
-        body = ModelRenamer(attempt.pool.upstream_model, route.model)(body)
-        return Response(
-            body, media_type=_JSON, headers=attempt.response_headers(cost, ctx.request_id)
-        )
-
-    async def _stream(
-        self,
-        parsed: ParsedRequest,
-        attempt: Attempt,
-        headers: dict[str, str],
-        route: RouteRequest,
-        ctx: RequestContext,
-    ) -> Response:
-        pool_id = attempt.pool.id
-        self.state.acquire(pool_id, attempt.replica)
-        started = time.perf_counter()
-        try:
-            resp = await self._open(parsed, attempt, headers)
-        except UpstreamError as exc:
-            self.state.release(pool_id, attempt.replica)
-            self._failed(attempt, exc)
-            raise
-        if resp.status != 200:
-            try:
-                body = await resp.read()
-            finally:
-                resp.close()
-                self.state.release(pool_id, attempt.replica)
-            return self._client_error(resp.status, body, attempt, route, ctx)
-        watch = StreamWatch()
-        try:
-            # Wait for the first chunk before answering, so that a failure here can
-            # still fail over: nothing has reached the client yet.
-            first = await resp.first_chunk(attempt.first_byte_s)
-            if not first:
-                raise UpstreamStreamError(
-                    f"pool {pool_id} ended its stream before any event", pool_id=pool_id
-                )
-            watch.feed(first, time.perf_counter())
-            if watch.error is not None:
-                raise UpstreamStreamError(
-                    f"pool {pool_id} sent an error event: {watch.error}", pool_id=pool_id
-                )
-            if not first.lstrip().startswith(_SSE_FIELDS):
-                raise UpstreamInvalidAnswer(
-                    f"pool {pool_id} answered 200 with a stream that is not server-sent events",
-                    pool_id=pool_id,
-                )
-        except UpstreamError as exc:
-            resp.close()
-            self.state.release(pool_id, attempt.replica)
-            err = (
-                UpstreamTimeout(f"pool {pool_id}: {exc}", pool_id=pool_id)
-                if isinstance(exc, UpstreamTimeout)
-                else exc
-            )
-            err.retryable = True
-            self._failed(attempt, err)
-            if err is exc:
-                raise
-            raise err from exc
-        if attempt.replica is not None:
-            attempt.replica.served()
-        est_cost = route.est_tokens * attempt.usd_per_token if route.est_tokens else 0.0
-        chunks = resp.iter_chunks()
-        body_iter = self.relays.relay(first, chunks, resp, watch, attempt, route, started, ctx)
-        return EventStreamResponse(
-            body_iter,
-            media_type="text/event-stream",
-            headers={**_SSE_HEADERS, **attempt.response_headers(est_cost, ctx.request_id)},
-        )
