@@ -14,8 +14,9 @@ Each cycle:
 4. plan the cheapest mix within this cycle's bounds: up by at most a step
    (``ScalerConfig.step``); down only after the cooldown, with a reliable forecast or
    demand recorded over at least the lead time (``_settled``), no lower than the
-   stabilisation window holds (``autoscaler.stabilise``), and by at most a step. If the budget
-   leaves no solution the bounds give way in that order (named in ``Plan.relaxed``);
+   stabilisation window holds (``autoscaler.stabilise``), and by at most a step. If
+   the budget leaves no solution the bounds give way in that order (named in
+   ``Plan.relaxed``);
 5. make before break: a model's scale-down waits while its ready replicas after it
    would not cover the demand until replicas ordered now are ready.
 

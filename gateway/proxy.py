@@ -55,7 +55,6 @@ class Forwarder:
         demand: UsageLog[DemandRecord],
     ) -> None:
         self.state = state
-        self.upstream = upstream
         self.metrics = metrics
         self.finisher = RequestFinisher(usage, demand, DecisionLog(), metrics, state.rollouts)
         self.exchange = Exchange(state, upstream, metrics, self.finisher)
