@@ -31,7 +31,6 @@ from statistics import median
 
 import aiohttp
 import psutil
-import uvloop
 
 from skyroute.embedded_redis import EmbeddedRedis, free_port
 
@@ -51,7 +50,12 @@ from loadtests.bench_overhead import (  # noqa: E402
     wait_http,
     write_policy,
 )
-from loadtests.bench_procs import pin_threads, stop_on_sigterm, tree_cpu_s  # noqa: E402
+from loadtests.bench_procs import (  # noqa: E402
+    pin_threads,
+    run_until_sigterm,
+    stop_on_sigterm,
+    tree_cpu_s,
+)
 
 
 async def phase(url: str, key: str, stream: bool, concurrency: int, seconds: float,
@@ -149,8 +153,10 @@ def main() -> None:
               f"{sorted(gw_cpus)}", flush=True)  # fmt: skip
         for r, pair in enumerate(order):
             for name in pair:
-                ms, n, errors = uvloop.run(phase(urls[name], key, args.stream, args.concurrency,
-                                                 args.duration, gateways[name]))  # fmt: skip
+                ms, n, errors = run_until_sigterm(
+                    phase(urls[name], key, args.stream, args.concurrency, args.duration,
+                          gateways[name])
+                )  # fmt: skip
                 per[name].append(ms)
                 rows.append({"round": r, "tree": name, "cpu_ms_per_req": round(ms, 4),
                              "requests": n, "errors": errors})  # fmt: skip

@@ -52,7 +52,6 @@ from typing import ClassVar
 import aiohttp
 import numpy as np
 import psutil
-import uvloop
 import yaml
 
 from live.redis_client import commands_run, connect
@@ -63,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from loadtests.bench_procs import stop_on_sigterm  # noqa: E402
+from loadtests.bench_procs import run_until_sigterm, stop_on_sigterm  # noqa: E402
 
 MODEL = "bench-model"
 UPSTREAM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -572,7 +571,9 @@ def main() -> None:
               "tracing "
               + (f"ON (OTLP/HTTP protobuf to {sink_url}/v1/traces)" if args.tracing else "off"),
               flush=True)  # fmt: skip
-        results = uvloop.run(run_all(args, engine_url, gw_url, api_key, gateway, engine, bare))
+        results = run_until_sigterm(
+            run_all(args, engine_url, gw_url, api_key, gateway, engine, bare)
+        )
         rss_mb = gateway.memory_info().rss / 2**20
         tracing: dict[str, float] | None = None
         if args.tracing:

@@ -42,7 +42,6 @@ import aiohttp
 import numpy as np
 import psutil
 import redis
-import uvloop
 
 from skyroute.embedded_redis import EmbeddedRedis, free_port
 
@@ -65,6 +64,7 @@ from loadtests.bench_procs import (  # noqa: E402
     Processes,
     own_cpu_s,
     pin_threads,
+    run_until_sigterm,
     stop_on_sigterm,
     tree_cpu_s,
     tree_peak_rss_mb,
@@ -365,7 +365,7 @@ def main() -> None:
             print(", ".join(f"{t.name} {t.url}" for t in targets)
                   + f"; concurrency {args.concurrency}, {args.duration:g} s per phase",
                   flush=True)  # fmt: skip
-            rows = uvloop.run(run_matrix(args, targets, engine))
+            rows = run_until_sigterm(run_matrix(args, targets, engine))
             peak = {t.name: round(tree_peak_rss_mb(t.proc), 1) for t in targets if t.proc}
             print_rows(rows)
             print("\npeak RSS (VmHWM of the process tree): "

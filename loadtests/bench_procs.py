@@ -7,11 +7,13 @@ Threads and children created later inherit their creator's affinity.
 
 A benchmark stopped by SIGTERM (``kill``, a CI job's timeout) must stop what it started:
 ``stop_on_sigterm`` turns the signal into ``SystemExit`` so that its ``finally`` blocks
-and ``atexit`` hooks run, as they do for Ctrl-C.
+and ``atexit`` hooks run, as they do for Ctrl-C; while ``run_until_sigterm`` runs an event
+loop, it cancels the loop's work first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -19,21 +21,80 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import FrameType
+from typing import Any, TypeVar
 
 import psutil
+import uvloop
+
+T = TypeVar("T")
+
+
+# While ``run_until_sigterm`` runs an event loop: what a SIGTERM does instead of raising.
+_IN_LOOP: list[Callable[[], None]] = []
 
 
 def stop_on_sigterm() -> None:
     """From now on SIGTERM raises ``SystemExit(143)`` in the main thread (the shell's
     exit status for it), so the benchmark's clean-up runs: Python's default is to die at
-    once, leaving the engines, gateways and Redis servers it started running."""
+    once, leaving the engines, gateways and Redis servers it started running. Inside
+    ``run_until_sigterm`` it cancels the loop's work instead. Idempotent."""
 
     def exit_(signum: int, frame: FrameType | None) -> None:
+        if _IN_LOOP:
+            _IN_LOOP[-1]()
+            return
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, exit_)
+
+
+def run_until_sigterm(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a new uvloop event loop and return its result. A SIGTERM while
+    the loop runs cancels ``coro``; once the loop is closed this raises
+    ``SystemExit(143)``, as ``stop_on_sigterm`` does outside a loop, and the caller's
+    clean-up runs. Installs ``stop_on_sigterm``'s handler.
+
+    Why: a Python signal handler runs in the main thread at the next bytecode boundary
+    (and a SIGTERM sent to the process may be taken by another thread first), so it can
+    run anywhere inside the loop, its set-up included. ``SystemExit`` raised there left
+    uvloop's loop marked running, closing it failed (``RuntimeError: Cannot close a
+    running event loop``) and the benchmark exited with status 1. So inside the loop the
+    handler only records the signal and asks the loop to cancel ``coro``.
+    """
+    term = False
+    loop: asyncio.AbstractEventLoop | None = None
+    task: asyncio.Task[T] | None = None
+
+    def on_term() -> None:
+        nonlocal term
+        term = True
+        if loop is not None and task is not None and not task.done():
+            # The handler may run inside one of the loop's own callbacks.
+            loop.call_soon_threadsafe(task.cancel)
+
+    async def guarded() -> T:
+        nonlocal loop, task
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        if term:  # the signal came before the task was there to cancel
+            coro.close()
+            raise asyncio.CancelledError
+        return await coro
+
+    stop_on_sigterm()
+    _IN_LOOP.append(on_term)
+    try:
+        result = uvloop.run(guarded())
+    except asyncio.CancelledError:
+        if not term:
+            raise
+    finally:
+        _IN_LOOP.remove(on_term)
+    if term:
+        raise SystemExit(128 + signal.SIGTERM)
+    return result
 
 
 def tree(proc: psutil.Process) -> list[psutil.Process]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -61,3 +62,62 @@ def test_parse_ports_maps_names_and_refuses_unknown_names_and_bad_ports() -> Non
         parse_ports("redis=6379", names)
     with pytest.raises(ValueError, match="not a port"):
         parse_ports("engine=70000", names)
+
+
+# Runs a coroutine under run_until_sigterm; says "up" from inside the running loop, then
+# keeps the loop busy with task steps until a SIGTERM, or until stdin closes; its clean-up
+# line proves ``finally`` ran.
+LOOP_CHILD = """
+import asyncio, sys, threading
+from loadtests.bench_procs import run_until_sigterm, stop_on_sigterm
+
+async def work():
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    print("up", flush=True)
+    while not closed.is_set():
+        await asyncio.sleep(0)
+        sum(range(100))
+    return "done"
+
+stop_on_sigterm()
+try:
+    print(run_until_sigterm(work()), flush=True)
+finally:
+    print("cleaned up", flush=True)
+"""
+
+
+def run_loop_child(*, sigterm: bool) -> tuple[int, bytes]:
+    """Start LOOP_CHILD; once its loop runs, SIGTERM it or close its stdin. Its exit
+    status and output."""
+    root = Path(__file__).resolve().parents[2]
+    with subprocess.Popen([sys.executable, "-c", LOOP_CHILD], cwd=root, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as child:  # fmt: skip
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline() == b"up\n"
+            if sigterm:
+                child.send_signal(signal.SIGTERM)
+            out, _ = child.communicate(b"", timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        return child.returncode, out
+
+
+def test_a_sigterm_while_the_loop_runs_exits_143_after_the_clean_up() -> None:
+    # The contract. The race behind it (the handler's SystemExit raised inside uvloop's
+    # set-up left the loop unclosable: exit status 1) is too narrow to hit from here. The
+    # SIGTERM case of test_bench_overhead_smoke.py met it in 4 of 5 runs once
+    # loadtests/bench_load.py was split out; in 1 of 8 with SIGTERM blocked around the loop
+    # instead (another thread can take the signal); in none of 15 with this.
+    status, out = run_loop_child(sigterm=True)
+    assert status == 128 + signal.SIGTERM
+    assert out == b"cleaned up\n"
+
+
+def test_without_a_signal_the_coroutine_result_is_returned() -> None:
+    status, out = run_loop_child(sigterm=False)
+    assert status == 0
+    assert out == b"done\ncleaned up\n"
