@@ -38,7 +38,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from loadtests.bench_overhead import (  # noqa: E402
+from loadtests.bench_load import (  # noqa: E402
     MAX_TOKENS,
     MODEL,
     PROFILE,
@@ -46,15 +46,15 @@ from loadtests.bench_overhead import (  # noqa: E402
     UPSTREAM_MODEL,
     Load,
     closed_loop,
-    stop,
-    wait_http,
     write_policy,
 )
 from loadtests.bench_procs import (  # noqa: E402
     pin_threads,
     run_until_sigterm,
+    stop,
     stop_on_sigterm,
     tree_cpu_s,
+    wait_http,
 )
 
 

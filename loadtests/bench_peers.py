@@ -10,7 +10,7 @@ Everything runs on 127.0.0.1. The engine answers at once (``--time-scale 0``), s
 measured is each proxy's own cost. LiteLLM is installed from PyPI into its own virtualenv
 (``.bench-venvs/litellm``) and Portkey from npm into its own folder
 (``.bench-venvs/portkey``), both reused across runs. skyroute runs ``skyroute serve`` with
-the 6-pool policy of ``bench_overhead.py`` (auth, routing, admission, usage accounting,
+the 6-pool policy of ``bench_load.py`` (auth, routing, admission, usage accounting,
 metrics and the access log at INFO on), all pools on the same engine. Portkey 1.15.2 fails
 every streamed answer; the benchmark probes that, says so, and then runs Portkey's
 streaming cells with a one-line patch (see ``peer_portkey.py``).
@@ -50,7 +50,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from loadtests.bench_overhead import (  # noqa: E402
+from loadtests.bench_load import (  # noqa: E402
     MAX_TOKENS,
     MODEL,
     PROFILE,

@@ -178,6 +178,18 @@ def wait_http(url: str, deadline_s: float, proc: subprocess.Popen[bytes], want: 
     raise RuntimeError(f"{url} not ready within {deadline_s:.0f} s")
 
 
+def stop(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM ``proc`` if it still runs and wait up to ``timeout_s``; then SIGKILL.
+    Idempotent: a process that has exited is only reaped."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Processes:
     """The benchmark's child processes, each logging to a file; stopped in reverse order."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from loadtests.bench_overhead import MAX_TOKENS, PROFILE
+from loadtests.bench_load import MAX_TOKENS, PROFILE
 from loadtests.bench_procs import parse_ports
 from loadtests.peer_litellm import LITELLM_VERSION
 from loadtests.peer_portkey import PORTKEY_VERSION
