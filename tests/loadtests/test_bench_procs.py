@@ -65,19 +65,23 @@ def test_parse_ports_maps_names_and_refuses_unknown_names_and_bad_ports() -> Non
 
 
 # Runs a coroutine under run_until_sigterm; says "up" from inside the running loop, then
-# keeps the loop busy with task steps until a SIGTERM, or until stdin closes; its clean-up
-# line proves ``finally`` ran.
+# waits on an event that a thread sets once stdin closes (unless a SIGTERM comes first);
+# its clean-up line proves ``finally`` ran.
 LOOP_CHILD = """
-import asyncio, sys, threading
+import asyncio, contextlib, sys, threading
 from loadtests.bench_procs import run_until_sigterm, stop_on_sigterm
 
 async def work():
-    closed = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    loop, closed = asyncio.get_running_loop(), asyncio.Event()
+
+    def watch_stdin():
+        sys.stdin.read()
+        with contextlib.suppress(RuntimeError):  # the loop is gone after a SIGTERM
+            loop.call_soon_threadsafe(closed.set)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
     print("up", flush=True)
-    while not closed.is_set():
-        await asyncio.sleep(0)
-        sum(range(100))
+    await closed.wait()
     return "done"
 
 stop_on_sigterm()
