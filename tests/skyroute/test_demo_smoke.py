@@ -28,7 +28,9 @@ import pytest
 from skyroute.embedded_redis import free_port
 from tests.figures import report
 from tests.gateway.harness import wait_for, wait_until
+from tests.skyroute.import_audit import audit_env, extra_closure, imported_distributions
 
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-demo-smoke-0123456789"
 EU_POOL = "gcp:europe-west4:l4-llama8b"
 FAST = {
@@ -46,6 +48,7 @@ class Demo:
     cli_env: dict[str, str]
     context_file: Path
     log: Path
+    imports: Path
     admin_token: str = ""
 
     def cli(self, *words: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
@@ -71,6 +74,8 @@ def _clean_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKYROUTE_")}
     env |= {"HOME": str(tmp / "home"), "XDG_CONFIG_HOME": str(tmp / "config"),
             "XDG_DATA_HOME": str(tmp / "data")}  # fmt: skip
+    # Every process of the demo and of the CLI writes down what it imports.
+    env |= audit_env(tmp / "imports")
     (tmp / "home").mkdir(exist_ok=True)
     return env
 
@@ -87,7 +92,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     context_file = tmp / "config" / "skyroute" / "context.json"
-    made = Demo(f"http://127.0.0.1:{port}", _clean_env(tmp), context_file, log_path)
+    made = Demo(
+        f"http://127.0.0.1:{port}", _clean_env(tmp), context_file, log_path, tmp / "imports"
+    )
     try:
         wait_until(f"{made.base}/readyz", timeout_s=240)
         admin_file = json.loads(context_file.read_text())["admin_token_file"]
@@ -257,3 +264,26 @@ def test_without_a_demo_or_variables_a_subcommand_says_what_to_do(
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("skyroute:"), lines
+
+
+# Imported when present, and run without: opentelemetry's SDK reads process figures from
+# psutil; httpx, aiohttp and urllib3 decode brotli; httpx's own command line (click is a
+# dependency of uvicorn) uses rich and pygments; starlette and anyio ask sniffio which
+# async library runs.
+OPTIONAL = {"psutil", "brotli", "rich", "pygments", "sniffio"}
+
+
+def test_the_demo_imports_only_what_its_extra_installs(demo: Demo) -> None:
+    """Last in the module, so the audit has seen every process the tests above ran: the
+    gateway, the engines, both sidecars through a burst and a scale-down, and every CLI
+    subcommand. ``scripts/demo`` installs ``.[demo]``; anything else they import would
+    be missing on a fresh machine (the sidecars' boto3 and scipy were, once)."""
+    imported = imported_distributions(demo.imports)
+    # The audit saw the gateway, the engines and the autoscaler.
+    assert {"fastapi", "aiohttp", "scipy"} <= imported.keys()
+    missing = {
+        dist: sorted(tops)
+        for dist, tops in imported.items()
+        if dist not in extra_closure(ROOT / "pyproject.toml", "demo") and dist not in OPTIONAL
+    }
+    assert not missing, missing
