@@ -30,13 +30,17 @@ return 1
 
 # A replica ejected by one gateway, for every gateway: KEYS[1] = the pool's ejections
 # hash; ARGV: events channel, replica base URL, "<until unix ms> <reason>", expiry (unix
-# ms). The hash expires whole once its latest ejection is over (PEXPIREAT GT only moves
-# it later; a hash without a TTL first gets one, since GT counts no TTL as infinite).
-# Announced in the script, so that it is one command on any kind of Redis.
+# ms). The hash expires whole once its latest ejection is over: the expiry only moves
+# later (a hash without a TTL gets one). Compared on the server's own clock, not with
+# PEXPIREAT's GT option, which Redis 6.2 does not have. Announced in the script, so that
+# it is one command on any kind of Redis.
 EJECT_LUA = """
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], 1000) end
-redis.call('PEXPIREAT', KEYS[1], ARGV[4], 'GT')
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then redis.call('PEXPIRE', KEYS[1], 1000); ttl = 1000 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now + ttl < tonumber(ARGV[4]) then redis.call('PEXPIREAT', KEYS[1], ARGV[4]) end
 redis.call('PUBLISH', ARGV[1], KEYS[1])
 return 1
 """

@@ -40,9 +40,11 @@ def _entries(raw: Any) -> list[Entry]:
 async def backlog(tables: AccessTables, group: str = DEFAULT_GROUP) -> tuple[float, int]:
     """How far the ledger trails the gateways: (entries of the usage stream no reader of
     ``group`` has read yet, entries read and not yet acknowledged), by one XINFO GROUPS.
-    The first is NaN when Redis cannot count it (before 7.0, or once entries were deleted
-    out of order). No stream: (0, 0); a stream whose group is missing (Redis lost its data
-    and the refill has not run): every entry is unread. Raises TableError."""
+    Where Redis has no count of its own (before 7.0, or once entries were deleted out of
+    order), the entries after the group's last-delivered id are counted by XRANGE, up to
+    ``COUNT_CAP``; the first is NaN beyond that. No stream: (0, 0); a stream whose group
+    is missing (Redis lost its data and the refill has not run): every entry is unread.
+    Raises TableError."""
     stream = tables.key("usage")
     try:
         groups = await tables.redis.xinfo_groups(stream)
@@ -53,11 +55,34 @@ async def backlog(tables: AccessTables, group: str = DEFAULT_GROUP) -> tuple[flo
     for info in groups:
         if _s(info["name"]) == group:
             lag = info.get("lag")
-            return (math.nan if lag is None else float(lag)), int(info["pending"])
+            if lag is None:
+                lag = await _count_after(tables, stream, _s(info["last-delivered-id"]))
+            return float(lag), int(info["pending"])
     try:
         return float(await tables.redis.xlen(stream)), 0
     except RedisError as exc:
         raise TableError(f"reading the usage stream failed: {exc}") from exc
+
+
+# Entries counted one by one where Redis cannot count the backlog itself (``backlog``).
+COUNT_CAP = 10_000
+_PAGE = 1_000
+
+
+async def _count_after(tables: AccessTables, stream: str, after: str) -> float:
+    """Entries of ``stream`` after id ``after``; NaN past ``COUNT_CAP``. Raises TableError."""
+    counted = 0
+    try:
+        while counted <= COUNT_CAP:
+            # An exclusive start ("(" id) needs Redis 6.2, the oldest skyroute supports.
+            page = await tables.redis.xrange(stream, f"({after}", "+", count=_PAGE) or []
+            counted += len(page)
+            if len(page) < _PAGE:
+                return float(counted)
+            after = _s(page[-1][0])
+    except RedisError as exc:
+        raise TableError(f"counting the usage backlog failed: {exc}") from exc
+    return math.nan
 
 
 class UsageStream:

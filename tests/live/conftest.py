@@ -41,7 +41,7 @@ class RedisTarget:
             await client.aclose()
 
 
-async def _delete_prefix(target: RedisTarget) -> None:
+async def delete_prefix(target: RedisTarget) -> None:
     client = target.client()
     try:
         keys = [key async for key in client.scan_iter(match=f"{target.prefix}:*", count=500)]
@@ -51,12 +51,14 @@ async def _delete_prefix(target: RedisTarget) -> None:
         await client.aclose()
 
 
-@pytest.fixture
-def live_redis(redis_url: str) -> Iterator[RedisTarget]:
-    """The session's Redis and a fresh ``srtest:<uuid>`` prefix; its keys are deleted after."""
-    target = RedisTarget(url=redis_url, prefix=f"srtest:{uuid.uuid4().hex}")
+@pytest.fixture(params=["server", "redis-6.2"])
+def live_redis(request: pytest.FixtureRequest, redis_url: str) -> Iterator[RedisTarget]:
+    """The session's Redis, then the embedded Redis 6.2 (the oldest supported), each with
+    a fresh ``srtest:<uuid>`` prefix; its keys are deleted after."""
+    url = redis_url if request.param == "server" else request.getfixturevalue("redis62_url")
+    target = RedisTarget(url=url, prefix=f"srtest:{uuid.uuid4().hex}")
     yield target
-    asyncio.run(_delete_prefix(target))
+    asyncio.run(delete_prefix(target))
 
 
 @pytest.fixture

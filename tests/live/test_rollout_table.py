@@ -4,13 +4,14 @@ record's revision, the transition log, per-stage counts, restore from the store.
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
 from live.rollout_table import RolloutRecord, RolloutTable, plan_from_yaml
 from router.rollout import Stage, operator, start
 from router.rollout_tally import StageCounts, evidence
-from tests.live.conftest import RedisTarget
+from tests.live.conftest import RedisTarget, delete_prefix
 
 PLAN = plan_from_yaml("steps: [{share: 0.1}, {share: 0.5}]\n")
 
@@ -51,10 +52,14 @@ async def _scenario(target: RedisTarget) -> dict[str, object]:
         await client.aclose()
 
 
-@pytest.fixture(params=["server", "cluster"])
+@pytest.fixture(params=["server", "redis-6.2", "cluster"])
 def any_redis(request: pytest.FixtureRequest) -> RedisTarget:
-    name = "live_redis" if request.param == "server" else "cluster"
-    target: RedisTarget = request.getfixturevalue(name)
+    if request.param == "cluster":
+        cluster: RedisTarget = request.getfixturevalue("cluster")
+        return cluster
+    url = request.getfixturevalue("redis_url" if request.param == "server" else "redis62_url")
+    target = RedisTarget(url=url, prefix=f"srtest:{uuid.uuid4().hex}")
+    request.addfinalizer(lambda: asyncio.run(delete_prefix(target)))
     return target
 
 

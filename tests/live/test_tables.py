@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from redis.exceptions import RedisError
 
 from base.errors import TableError
 from live.observations import SAMPLES_KEPT
+from live.replica_health import ReplicaEjection
 from live.tables import LiveTables, PoolObservations, PriceEntry
 from router.health import HealthRecord
 from router.snapshot import EWMA_ALPHA, PoolState
@@ -426,6 +428,30 @@ def test_set_price_event_names_the_written_pool(live_redis: RedisTarget) -> None
     )
 
     assert OTHER in message["data"].decode()
+
+
+def test_a_pools_ejections_expire_with_the_latest_and_an_earlier_one_never_shortens_it(
+    live_redis: RedisTarget,
+) -> None:
+    async def scenario(tables: LiveTables) -> Any:
+        now = time.time()
+        key = f"{live_redis.prefix}:pool:{{{POOL}}}:ejections"
+        ttls = []
+        for address, until_s in (("http://a:1", now + 30), ("http://b:1", now + 10),
+                                 ("http://c:1", now + 60)):  # fmt: skip
+            ejection = ReplicaEjection(POOL, address, until_s, "upstream 503")
+            await tables.flush("gw-a", now_ms=int(now * 1000), inflight={}, observations={},
+                               extra=lambda pipe, e=ejection: tables.add_replica_ejections(pipe, [e]))  # fmt: skip
+            ttls.append(await tables.redis.pttl(key))
+        return ttls, await tables.read([POOL], int(now * 1000), 60_000)
+
+    ttls, rows = _run(live_redis, scenario)
+
+    # Each until, plus the second the writer adds, from now: 31 s, still 31 s, then 61 s.
+    assert 29_000 < ttls[0] <= 31_000
+    assert 29_000 < ttls[1] <= 31_000
+    assert 59_000 < ttls[2] <= 61_000
+    assert set(rows[POOL].ejected) == {"http://a:1", "http://b:1", "http://c:1"}
 
 
 def test_clear_pool_forgets_its_live_values(live_redis: RedisTarget) -> None:

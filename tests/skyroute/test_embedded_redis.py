@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from skyroute.embedded_redis import EmbeddedRedis, free_port, redis_binary
 
@@ -95,3 +96,14 @@ def test_start_on_a_busy_port_raises(server: EmbeddedRedis) -> None:
             second.start()
     finally:
         second.stop()
+
+
+def test_the_bundled_server_is_redis_6_2_the_oldest_supported(redis62_url: str) -> None:
+    """The live-table tests run on it as their second Redis (``tests/live/conftest.py``):
+    they test the oldest version skyroute supports only while it is that version."""
+    client = redis.Redis.from_url(redis62_url)
+    try:
+        version = client.info("server")["redis_version"]
+    finally:
+        client.close()
+    assert str(version).startswith("6.2."), version

@@ -20,7 +20,7 @@ from store.records import StoredKey
 from store.restore import RestoreLoop, key_record, restore
 from store.store import Store
 from tests.aio import run_async
-from tests.live.conftest import RedisTarget, _delete_prefix
+from tests.live.conftest import RedisTarget, delete_prefix
 from tests.store.helpers import access_tables, opened, publish
 
 # 10 requests of 1000 nano-USD reach a budget of 10_000 nano-USD.
@@ -77,7 +77,7 @@ async def test_restore_after_a_flush_brings_back_keys_tenants_and_spend(
     now_s = time.time()
     async with opened(db_url) as store, access_tables(live_redis) as tables:
         await setup(store, tables, now_s)
-        await _delete_prefix(live_redis)
+        await delete_prefix(live_redis)
         assert await admit(tables, "live", now_s) == AdmitCode.UNKNOWN
 
         assert await restore(store, tables, now_s)
@@ -101,9 +101,9 @@ async def test_a_first_start_is_not_reported_as_a_loss_and_a_real_loss_is(
         with caplog.at_level(logging.INFO, logger="store.restore"):
             assert await restore(store, tables, now_s)  # empty store, empty Redis
             assert [r.levelno for r in caplog.records] == [logging.INFO]
-            await _delete_prefix(live_redis)  # so that setup() starts as a first start
+            await delete_prefix(live_redis)  # so that setup() starts as a first start
             await setup(store, tables, now_s)
-            await _delete_prefix(live_redis)
+            await delete_prefix(live_redis)
             caplog.clear()
             assert await restore(store, tables, now_s)
         assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
@@ -121,7 +121,7 @@ async def test_spend_served_between_the_loss_and_the_refill_is_kept_and_counted_
     now_s = time.time()
     async with opened(db_url) as store, access_tables(live_redis) as tables:
         consumer = await setup(store, tables, now_s)
-        await _delete_prefix(live_redis)
+        await delete_prefix(live_redis)
         await publish(tables, served(3, now_s))  # flushed into the empty Redis
         with pytest.raises(TableError, match="no usage group"):
             await consumer.drain()  # no group yet: nothing reaches the store early
@@ -140,7 +140,7 @@ async def test_replicas_restoring_together_refill_once(
     now_s = time.time()
     async with opened(db_url) as store, access_tables(live_redis) as tables:
         await setup(store, tables, now_s)
-        await _delete_prefix(live_redis)
+        await delete_prefix(live_redis)
         clients = [live_redis.client() for _ in range(4)]
         try:
             replicas = [AccessTables(c, prefix=live_redis.prefix) for c in clients]
@@ -185,7 +185,7 @@ async def test_the_restore_loop_refills_when_poked_and_calls_back(
         loop = RestoreLoop(store, tables, lambda: now_s, interval_s=3600, on_restored=on_restored)
         task = asyncio.create_task(loop.run())
         try:
-            await _delete_prefix(live_redis)
+            await delete_prefix(live_redis)
             loop.poke()
             await asyncio.wait_for(refilled.wait(), timeout=30)
         finally:

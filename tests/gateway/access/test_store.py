@@ -27,7 +27,7 @@ from tests.gateway.access.conftest import (
 )
 from tests.gateway.conftest import Fleet
 from tests.gateway.harness import API_KEY, Gateway
-from tests.live.conftest import RedisTarget, _delete_prefix
+from tests.live.conftest import RedisTarget, delete_prefix
 
 T = TypeVar("T")
 # How long a refill may take after Redis lost the prefix (restore check: every second).
@@ -96,7 +96,7 @@ def test_redis_losing_the_prefix_loses_no_key_tenant_or_spend(replica: Gateway) 
     assert (requests, keys) == (3, 2)
     assert spent == redis_spend(replica, tenant) > 0
 
-    asyncio.run(_delete_prefix(RedisTarget(replica.redis_url, replica.prefix)))
+    asyncio.run(delete_prefix(RedisTarget(replica.redis_url, replica.prefix)))
     # A key this replica admitted before keeps working while Redis waits for the refill.
     assert post_chat(replica, live).status_code == 200
     refilled = eventually(
