@@ -28,7 +28,7 @@ from tests.gateway.access.conftest import (
 )
 from tests.gateway.conftest import CHAT, Fleet, start_fleet
 from tests.gateway.harness import Gateway, unique_prefix, wait_for, write_policy
-from tests.live.conftest import RedisTarget, _delete_prefix
+from tests.live.conftest import RedisTarget, delete_prefix
 
 EXTERNAL = {"SKYROUTE_STORE_WORKER": "external", "SKYROUTE_DRAIN_DELAY_S": "0"}
 
@@ -166,7 +166,7 @@ def test_after_redis_lost_its_data_the_worker_refills_and_the_gateway_republishe
         assert post_chat(gw, secret).status_code == 200
         assert post_chat(gw, secret).status_code == 429
         seen = gw.logs().count("are republished")
-        asyncio.run(_delete_prefix(RedisTarget(gw.redis_url, gw.prefix)))
+        asyncio.run(delete_prefix(RedisTarget(gw.redis_url, gw.prefix)))
         wait_for(
             lambda: gw.logs().count("are republished") > seen, "the gateway to see the refill", 20.0
         )
