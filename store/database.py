@@ -6,9 +6,9 @@ schema has to change: a running gateway or store worker holds neither (they were
 19 MB of a gateway worker's 98 MB idle).
 
 Every statement is written once, with PostgreSQL's numbered parameters (``$1``, ``$2``,
-...); SQLite reads the same numbers as ``?1``, ``?2``. A statement is run in a
-``transaction()`` (committed when the block ends, rolled back if it raises) or, for
-reads, a ``connection()``. Driver failures leave as ``StoreError`` through
+...); for SQLite each becomes a plain ``?`` with its argument put in place. A statement
+is run in a ``transaction()`` (committed when the block ends, rolled back if it raises)
+or, for reads, a ``connection()``. Driver failures leave as ``StoreError`` through
 ``store.errors.store_errors``, which callers wrap around each call.
 """
 
@@ -93,9 +93,18 @@ def open_database(url: str) -> Database:
 
 
 @functools.lru_cache(maxsize=256)
-def _sqlite_sql(sql: str) -> str:
-    # The store's statements are a few constants: each is rewritten once.
-    return _NUMBERED.sub(r"?\1", sql)
+def _sqlite_sql(sql: str) -> tuple[str, tuple[int, ...] | None]:
+    """``sql`` with each ``$N`` as a plain ``?``, and the argument each ``?`` takes, in
+    order (None: the arguments as given). Not SQLite's own ``?N``: Python 3.12 deprecates
+    binding those from a sequence, and 3.14 refuses it. The store's statements are a few
+    constants: each is rewritten once."""
+    order = tuple(int(n) - 1 for n in _NUMBERED.findall(sql))
+    return _NUMBERED.sub("?", sql), None if order == tuple(range(len(order))) else order
+
+
+def _sqlite_args(sql: str, args: Sequence[object]) -> tuple[str, Sequence[object]]:
+    text, order = _sqlite_sql(sql)
+    return text, args if order is None else tuple(args[i] for i in order)
 
 
 def _rows_changed(status: str) -> int:
@@ -171,15 +180,18 @@ class _SqliteConnection:
         self._conn = conn
 
     async def execute(self, sql: str, *args: object) -> int:
-        async with self._conn.execute(_sqlite_sql(sql), args) as cursor:
+        async with self._conn.execute(*_sqlite_args(sql, args)) as cursor:
             return max(cursor.rowcount, 0)
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> int | None:
-        async with self._conn.executemany(_sqlite_sql(sql), rows) as cursor:
+        text, order = _sqlite_sql(sql)
+        if order is not None:
+            rows = [tuple(row[i] for i in order) for row in rows]
+        async with self._conn.executemany(text, rows) as cursor:
             return max(cursor.rowcount, 0)
 
     async def fetch(self, sql: str, *args: object) -> list[tuple[Any, ...]]:
-        async with self._conn.execute(_sqlite_sql(sql), args) as cursor:
+        async with self._conn.execute(*_sqlite_args(sql, args)) as cursor:
             return [tuple(r) for r in await cursor.fetchall()]
 
 
