@@ -51,14 +51,24 @@ async def delete_prefix(target: RedisTarget) -> None:
         await client.aclose()
 
 
-@pytest.fixture(params=["server", "redis-6.2"])
-def live_redis(request: pytest.FixtureRequest, redis_url: str) -> Iterator[RedisTarget]:
-    """The session's Redis, then the embedded Redis 6.2 (the oldest supported), each with
-    a fresh ``srtest:<uuid>`` prefix; its keys are deleted after."""
-    url = redis_url if request.param == "server" else request.getfixturevalue("redis62_url")
+# The servers every live-table test runs on: the session's Redis, and the embedded Redis
+# 6.2, the oldest skyroute supports.
+SERVERS = ("server", "redis-6.2")
+
+
+def server_target(request: pytest.FixtureRequest, server: str) -> RedisTarget:
+    """A fresh ``srtest:<uuid>`` prefix on one of ``SERVERS``; its keys are deleted when
+    the requesting test ends."""
+    url = request.getfixturevalue("redis_url" if server == "server" else "redis62_url")
     target = RedisTarget(url=url, prefix=f"srtest:{uuid.uuid4().hex}")
-    yield target
-    asyncio.run(delete_prefix(target))
+    request.addfinalizer(lambda: asyncio.run(delete_prefix(target)))
+    return target
+
+
+@pytest.fixture(params=SERVERS)
+def live_redis(request: pytest.FixtureRequest) -> RedisTarget:
+    """Each of ``SERVERS`` in turn, with a fresh prefix (``server_target``)."""
+    return server_target(request, request.param)
 
 
 @pytest.fixture
@@ -68,9 +78,10 @@ def target(live_redis: RedisTarget) -> RedisTarget:
 
 
 @pytest.fixture
-def prefix(live_redis: RedisTarget) -> str:
-    """Only the key prefix of ``live_redis`` (the price-table and lease tests use it)."""
-    return live_redis.prefix
+def prefix(request: pytest.FixtureRequest) -> str:
+    """A fresh key prefix on the session's Redis, deleted after: the price-table and lease
+    tests connect to ``redis_url`` themselves, so they run on that server only."""
+    return server_target(request, "server").prefix
 
 
 @pytest.fixture(scope="session")

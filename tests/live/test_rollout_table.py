@@ -4,14 +4,13 @@ record's revision, the transition log, per-stage counts, restore from the store.
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 
 from live.rollout_table import RolloutRecord, RolloutTable, plan_from_yaml
 from router.rollout import Stage, operator, start
 from router.rollout_tally import StageCounts, evidence
-from tests.live.conftest import RedisTarget, delete_prefix
+from tests.live.conftest import SERVERS, RedisTarget, server_target
 
 PLAN = plan_from_yaml("steps: [{share: 0.1}, {share: 0.5}]\n")
 
@@ -52,15 +51,12 @@ async def _scenario(target: RedisTarget) -> dict[str, object]:
         await client.aclose()
 
 
-@pytest.fixture(params=["server", "redis-6.2", "cluster"])
+@pytest.fixture(params=[*SERVERS, "cluster"])
 def any_redis(request: pytest.FixtureRequest) -> RedisTarget:
     if request.param == "cluster":
         cluster: RedisTarget = request.getfixturevalue("cluster")
         return cluster
-    url = request.getfixturevalue("redis_url" if request.param == "server" else "redis62_url")
-    target = RedisTarget(url=url, prefix=f"srtest:{uuid.uuid4().hex}")
-    request.addfinalizer(lambda: asyncio.run(delete_prefix(target)))
-    return target
+    return server_target(request, request.param)
 
 
 def test_records_are_written_by_compare_and_set_and_counts_add_up(any_redis: RedisTarget) -> None:

@@ -91,7 +91,6 @@ def extra_closure(pyproject: Path, extra: str) -> set[str]:
     from the file, the rest from the installed distributions' metadata."""
     config = tomllib.loads(pyproject.read_text())
     project = config["project"]["name"]
-    seen: set[str] = set()
     todo = [(project, frozenset({extra}))]
     done: set[tuple[str, frozenset[str]]] = set()
     while todo:
@@ -99,10 +98,9 @@ def extra_closure(pyproject: Path, extra: str) -> set[str]:
         if (_canonical(name), extras) in done:
             continue
         done.add((_canonical(name), extras))
-        seen.add(_canonical(name))
         for line in _requires(name, config):
             req = Requirement(line)
             markers = [{"extra": e} for e in extras | {""}]
             if req.marker is None or any(req.marker.evaluate(m) for m in markers):
                 todo.append((req.name, frozenset(req.extras)))
-    return seen
+    return {name for name, _ in done}
