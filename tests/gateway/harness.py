@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yaml
 
 from skyroute.embedded_redis import free_port
@@ -71,14 +72,34 @@ class Engine:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Engine:
-        args = [
-            sys.executable, "-m", "simengine", "--port", str(self.port), "--profile", self.profile,
-            "--model", self.model, "--seed", str(self.seed), "--time-scale", str(self.time_scale),
-            "--log-level", "WARNING",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(args)
-        wait_until(f"{self.url}/health")
-        return self
+        """Start the process and wait until it listens and ``/health`` answers. A port
+        another process took between ``free_port()`` and the bind is retried on a new one
+        (a few times): the health check alone would have been answered by whoever holds
+        the port (CI once met another test's engine there)."""
+        for _ in range(BIND_TRIES):
+            args = [
+                sys.executable, "-m", "simengine", "--port", str(self.port),
+                "--profile", self.profile, "--model", self.model, "--seed", str(self.seed),
+                "--time-scale", str(self.time_scale), "--log-level", "WARNING",
+            ]  # fmt: skip
+            self.proc = subprocess.Popen(args)
+            wait_for(lambda: self._exited() or self._listening(), f"engine on {self.port}")
+            if not self._exited():
+                wait_until(f"{self.url}/health")
+                return self
+            self.port = free_port()
+        raise RuntimeError(f"engine exited before listening {BIND_TRIES} times")
+
+    def _exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def _listening(self) -> bool:
+        assert self.proc is not None
+        try:
+            conns = psutil.Process(self.proc.pid).net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in conns)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
