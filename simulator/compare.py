@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator import baselines  # noqa: F401  (registers the cost-aware baselines)
-from simulator.bound import Bound, lower_bound
+from simulator.bound import CHUNK_S, Bound, lower_bound
 from simulator.engine import Progress, RunResult, SimConfig, Workload, simulate
 from simulator.metrics import Series, Summary, summarize
 from simulator.policies import RoutingPolicy
@@ -76,10 +76,12 @@ def compare(
     progress: Progress | None = None,
     on_policy: Callable[[str], None] | None = None,
     integer_bound: Bound | None = None,
+    chunk_s: float | None = CHUNK_S,
 ) -> Comparison:
     """Run each policy in ``names`` with a fresh ``scaler()`` and summarise against the
     bounds over ``window_s`` windows; the integer bound uses blocks of ``block_s`` (None:
-    skip it) unless ``integer_bound`` is given, already solved. Raises SimulationError on
+    skip it) and chunks of ``chunk_s`` on long traces (``bound.lower_bound``) unless
+    ``integer_bound`` is given, already solved. Raises SimulationError on
     an unknown name or a failed solve."""
     started = time.perf_counter()
     routers = [RoutingPolicy.create(name, spec, policy_rng(config.seed, name)) for name in names]
@@ -89,7 +91,9 @@ def compare(
         pending = (
             None
             if block_s is None or integer_bound is not None
-            else pool.submit(lower_bound, spec, work, window_s, integer=True, block_s=block_s)
+            else pool.submit(
+                lower_bound, spec, work, window_s, integer=True, block_s=block_s, chunk_s=chunk_s
+            )
         )
         runs = []
         for router in routers:

@@ -20,7 +20,7 @@ from typing import Any
 from autoscaler.config import DEFAULT_HEADROOM, ScalerConfig
 from live.policy_file import load_policy
 from router.policy import Policy
-from simulator.bound import lower_bound
+from simulator.bound import CHUNK_S, lower_bound
 from simulator.compare import POLICIES, RELAXATION_TARGET, Comparison, compare
 from simulator.engine import SimConfig, Workload
 from simulator.errors import SimulationError
@@ -181,6 +181,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "slower); 0 skips the integer bound",
     )
     p.add_argument(
+        "--bound-chunk-s",
+        type=float,
+        default=CHUNK_S,
+        help="integer bound: a trace over twice this long is solved in chunks of it "
+        "(default %(default)g s; 0: whole, however long)",
+    )
+    p.add_argument(
         "--out",
         help="directory for table.md, result.json and the plots "
         "(default: a new skyroute-sim-<time> directory in the system's temp dir)",
@@ -253,7 +260,12 @@ def run(args: argparse.Namespace) -> int:
     scaler: Callable[[], Scaler]
     if args.scaler == HINDSIGHT:
         integer = lower_bound(
-            spec, work, args.bound_window_s, integer=True, block_s=args.bound_block_s or 120.0
+            spec,
+            work,
+            args.bound_window_s,
+            integer=True,
+            block_s=args.bound_block_s or 120.0,
+            chunk_s=args.bound_chunk_s or None,
         )
         plan = integer.replicas
         scaler = partial(HindsightScaler, plan, args.bound_window_s, spec.provisioning_s)
@@ -273,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
         progress=bar,
         on_policy=bar.set_label if bar else None,
         integer_bound=integer,
+        chunk_s=args.bound_chunk_s or None,
     )
     if bar:
         bar.close()
@@ -316,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
         "planner_headroom": args.planner_headroom if args.scaler == "planner" else None,
         "bound_window_s": args.bound_window_s,
         "bound_block_s": args.bound_block_s,
+        "bound_chunk_s": args.bound_chunk_s,
         "variant": args.variant,
     }
     table = format_table(cmp)

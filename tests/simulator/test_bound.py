@@ -130,3 +130,44 @@ def test_fluid_goodput_is_the_occupancy_where_tpot_meets_the_slo() -> None:
     assert fluid_goodput_tokens_per_s(profile, 60.0) == pytest.approx(n / 60.0 * 1000.0)
     assert fluid_goodput_tokens_per_s(profile, 100.0) == pytest.approx(256 / 75.0 * 1000.0)
     assert fluid_goodput_tokens_per_s(profile, 20.0) == 0.0
+
+
+def _long_workload(seconds: int, seed: int = 0):
+    """Poisson arrivals for ``seconds`` whose rate steps up and down every 40 s."""
+    spec = _spec(0, 0, tpot_ms=15.0)
+    rng = np.random.default_rng(seed)
+    rate = np.where((np.arange(seconds) // 40) % 2 == 0, 2.0, 6.0)
+    t = np.sort(np.concatenate([s + rng.random(rng.poisson(r)) for s, r in enumerate(rate)]))
+    rows = [(float(a), int(p), int(o)) for a, p, o in
+            zip(t, rng.integers(20, 200, len(t)), rng.integers(5, 40, len(t)), strict=True)]  # fmt: skip
+    return spec, workload(spec, rows)
+
+
+def test_a_long_trace_is_bounded_in_chunks_and_the_bound_stays_below_the_whole_solve() -> None:
+    spec, work = _long_workload(300)
+    args = {"window_s": 10.0, "integer": True, "block_s": 20.0}
+    whole = lower_bound(spec, work, **args, chunk_s=None)
+    chunked = lower_bound(spec, work, **args, chunk_s=60.0)
+    assert chunked.status.startswith("5 chunks")
+    # Each chunk relaxes the whole problem: a weaker bound, never a higher one.
+    # (Within the solver's relative gap of 1e-3, which either solve may stop at.)
+    assert 0 < chunked.total_usd <= whole.total_usd * (1 + 1e-3) + 1e-9
+    assert chunked.total_usd <= chunked.primal_usd + 1e-9
+    # One plan over every window, each chunk's windows in place.
+    assert chunked.replicas.shape == whole.replicas.shape
+    assert len(chunked.window_usd) == len(whole.window_usd)
+    assert chunked.requests_per_pool.sum() == pytest.approx(whole.requests_per_pool.sum())
+    # And it is below what a fixed fleet that serves the trace pays.
+    fleet = _spec(4, 4, tpot_ms=15.0)
+    halves = Fixed(tuple(i % 2 for i in range(len(work.arrival_s))))
+    run = simulate(fleet, work, halves, StaticScaler(), SimConfig(warmup_s=0.0))
+    assert chunked.total_usd <= summarize(fleet, work, run)[0].provisioned_usd
+
+
+def test_a_trace_up_to_two_chunks_long_is_solved_whole_as_before() -> None:
+    spec, work = _long_workload(190)
+    args = {"window_s": 10.0, "integer": True, "block_s": 20.0}
+    one = lower_bound(spec, work, **args, chunk_s=100.0)
+    whole = lower_bound(spec, work, **args, chunk_s=None)
+    assert "chunks" not in one.status
+    assert one.total_usd == whole.total_usd and np.array_equal(one.replicas, whole.replicas)
