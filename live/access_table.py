@@ -10,8 +10,9 @@ keys):
     limits:{tenant}       hash    rpm, tpm, budget_nusd, period (what admission enforces)
     bucket:{tenant}:{rpm|tpm}  hash  token bucket state
     spend:{tenant}:{period}    int   nano-USD spent in that period
-    usage                 stream  one entry per request
-    usage:{tenant}:{hour} hash    roll-ups: ``{group}|{value}|{metric}`` -> integer
+    usage                 stream  one entry per gateway flush: its records (``live.usage_codec``)
+    usage:{tenant}:{hour} hash    roll-ups: ``pool|model|region|provider|metric`` -> integer
+                                  (``live.usage_rollups`` names the fields and periods)
 
 Money is counted in integer nano-USD so that roll-ups reconcile exactly with the sum of
 the per-request records.
@@ -25,11 +26,9 @@ pool) and the in-flight shares spread over the cluster.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
@@ -38,6 +37,7 @@ from base.errors import TableError
 from live import table_scripts, usage_codec
 from live.keyspace import tagged
 from live.redis_client import AnyPipeline, RedisClient, run_pipeline
+from live.usage_rollups import METRICS, hour_period_ids, period_ids, rollup_field, rollup_name
 from router.policy import TenantSpec
 
 NANO = 1_000_000_000
@@ -101,21 +101,6 @@ class UsageRecord(NamedTuple):
     status: str
     est_tokens: int = 0
     uid: str = ""
-
-
-def period_ids(now_s: float) -> tuple[str, str, str]:
-    """(hour, day, month) ids of the budget periods containing ``now_s`` (UTC)."""
-    return _hour_period_ids(int(now_s // 3600))
-
-
-@functools.lru_cache(maxsize=256)
-def _hour_period_ids(hour: int) -> tuple[str, str, str]:
-    # Every flush asks this for each record; the answer only changes once an hour.
-    t = datetime.fromtimestamp(hour * 3600, UTC)
-    return t.strftime("h%Y%m%d%H"), t.strftime("d%Y%m%d"), t.strftime("m%Y%m")
-
-
-_METRICS = ("requests", "prompt_tokens", "completion_tokens", "cost_nusd")
 
 
 def limit_fields(spec: TenantSpec) -> dict[str, str]:
@@ -340,12 +325,12 @@ class AccessTables:
         rollups: dict[tuple[str, str], int] = {}
         spend: dict[str, int] = {}
         for (tenant, hour_n, pool, model, region, provider), sums in groups.items():
-            periods = _hour_period_ids(hour_n)
+            periods = hour_period_ids(hour_n)
             hour = self._k("usage", tenant, periods[0])
             # One field per metric of the whole group, not one per way of grouping it:
             # the reader sums by pool, model, region or provider (4 fields, not 20).
-            for metric, amount in zip(_METRICS, sums, strict=True):
-                key = (hour, f"{pool}|{model}|{region}|{provider}|{metric}")
+            for metric, amount in zip(METRICS, sums, strict=True):
+                key = (hour, rollup_field(pool, model, region, provider, metric))
                 rollups[key] = rollups.get(key, 0) + amount
             for period in periods:
                 skey = self._k("spend", tenant, period)
@@ -383,7 +368,7 @@ class AccessTables:
         out: dict[str, dict[str, int]] = {}
         for raw in await self._run(pipe):
             for field_name, value in raw.items():
-                name = _rollup_name(_s(field_name), group_by)
+                name = rollup_name(_s(field_name), group_by)
                 if name is not None:
                     metric = name[1]
                     slot = out.setdefault(name[0], {})
@@ -404,23 +389,6 @@ class AccessTables:
             except ValueError:
                 continue  # the consumer logs and drops such an entry
         return out
-
-
-_GROUP_INDEX = {"pool": 0, "model": 1, "region": 2, "provider": 3}
-
-
-def _rollup_name(field_name: str, group_by: str) -> tuple[str, str] | None:
-    """(group value, metric) of a roll-up field for ``group_by``, or None if the field
-    does not count there. Fields are ``pool|model|region|provider|metric``; hours written
-    before that held ``group|value|metric`` per way of grouping, and still read."""
-    parts = field_name.split("|")
-    if len(parts) == 3:
-        return (parts[1], parts[2]) if parts[0] == group_by else None
-    if len(parts) != 5:
-        return None
-    if group_by == "total":
-        return "all", parts[4]
-    return parts[_GROUP_INDEX[group_by]], parts[4]
 
 
 def now_s() -> float:

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable
 
 from base.errors import StoreError, TableError
 from live.access_refill import AccessRefill, Refill
-from live.access_table import AccessTables, KeyRecord, period_ids
+from live.access_table import AccessTables, KeyRecord
+from live.usage_rollups import period_ids
 from store.records import StoredKey
 from store.store import Store
 

@@ -15,7 +15,7 @@
 
 Times are integer unix milliseconds (UTC) and money integer nano-USD (USD x 1e9), so
 that both databases hold exactly the same values and sums reconcile with Redis's
-counters. Budget periods are the ids of ``live.access_table.period_ids`` (``h2026112417``,
+counters. Budget periods are the ids of ``live.usage_rollups.period_ids`` (``h2026112417``,
 ``d20261124``, ``m202611``). A change to these tables is a new migration in
 ``store/migrations/versions``, never an edit of an applied one.
 """

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from live import usage_codec
-from live.access_table import period_ids
+from live.usage_rollups import period_ids
 from store.records import LedgerRow
 
 

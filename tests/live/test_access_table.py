@@ -21,8 +21,8 @@ from live.access_table import (
     AdmitCode,
     KeyRecord,
     UsageRecord,
-    period_ids,
 )
+from live.usage_rollups import period_ids
 from router.policy import TenantSpec
 from tests.live.conftest import RedisTarget
 

@@ -14,7 +14,8 @@ import pytest
 
 from base.errors import StoreError, TableError
 from live import usage_codec
-from live.access_table import AccessTables, period_ids
+from live.access_table import AccessTables
+from live.usage_rollups import period_ids
 from live.usage_stream import UsageStream, backlog
 from store.consumer import LedgerWriter, UsageConsumer
 from store.ledger import Ledger

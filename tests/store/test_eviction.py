@@ -14,8 +14,8 @@ import httpx
 import pytest
 import redis
 
-from live.access_table import period_ids
 from live.keyspace import tagged
+from live.usage_rollups import period_ids
 from tests.gateway.harness import (
     ADMIN_TOKEN,
     Engine,

@@ -12,7 +12,8 @@ import pytest
 from base.auth_digest import digest_hex
 from base.errors import TableError
 from live.access_refill import AccessRefill
-from live.access_table import NANO, AccessTables, AdmitCode, KeyRecord, UsageRecord, period_ids
+from live.access_table import NANO, AccessTables, AdmitCode, KeyRecord, UsageRecord
+from live.usage_rollups import period_ids
 from live.usage_stream import UsageStream
 from router.policy import TenantSpec
 from store.consumer import UsageConsumer

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from base.errors import StoreError
-from live.access_table import period_ids
+from live.usage_rollups import period_ids
 from router.policy import TenantSpec
 from store.migrate import migrate
 from store.records import LedgerRow, StoredKey

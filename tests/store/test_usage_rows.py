@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from live import usage_codec
-from live.access_table import period_ids
+from live.usage_rollups import period_ids
 from store.records import LedgerRow
 from store.usage_rows import idempotency_id, spend_deltas, to_batch
 

@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 from redis.asyncio import Redis
 
-from live.access_table import period_ids
+from live.usage_rollups import period_ids
 from skyroute.embedded_redis import free_port
 from store.store import Store
 from tests.gateway.access.conftest import (
