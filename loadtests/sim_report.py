@@ -149,8 +149,12 @@ def main() -> None:
             "",
             f"{doc['scenario']['requests']} requests, fleet scale "
             f"{doc['scenario']['scale_fleet']:.5g}; simulated in {doc['runtime_s']:.1f} s "
-            f"(whole run with the reference search {took:.0f} s). (a) from the reactive run's "
-            "search (the reference does not depend on the scaler).",
+            + (
+                f"(whole run with the reference search {took:.0f} s)."
+                if ref
+                else f"(whole run {took:.0f} s). (a) from the reactive run's search (the "
+                "reference does not depend on the scaler)."
+            ),
             "",
             *table(doc, reference),
             "",
