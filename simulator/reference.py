@@ -87,26 +87,26 @@ def spill(spec: FleetSpec, replicas: FloatArray) -> FloatArray:
 
 @dataclass(frozen=True, eq=False)
 class CandidateFleet:
-    """A candidate before it is replayed: a clairvoyant plan (``hindsight``) or a fixed
-    fleet; ``whole`` is replicas per window (one window for a fixed fleet)."""
+    """A candidate before it is replayed: a clairvoyant plan (``hindsight``: mean
+    replicas per window, rounded up to whole ones by ``HindsightScaler``) or a fixed
+    fleet (one row of whole replicas)."""
 
     label: str
-    whole: IntArray
+    replicas: FloatArray
     window_s: float
     hindsight: bool
 
     def scaler(self, spec: FleetSpec) -> Scaler:
         """The scaler that runs this fleet (the fleet itself starts as ``spec``'s)."""
         if self.hindsight:
-            whole = self.whole.astype(np.float64)
-            return HindsightScaler(whole, self.window_s, spec.provisioning_s)
+            return HindsightScaler(self.replicas, self.window_s, spec.provisioning_s)
         return StaticScaler()
 
     def replay(self, spec: FleetSpec, work: Workload, config: SimConfig) -> Candidate:
         """Replay the workload on this fleet with skyroute's routing."""
         if self.hindsight:
             return _replay(spec, work, self.scaler(spec), config, self.label)
-        fleet = replace(spec, initial_replicas=self.whole[0])
+        fleet = replace(spec, initial_replicas=self.replicas[0].astype(np.intp))
         return _replay(fleet, work, self.scaler(fleet), config, self.label)
 
     def schedule(self, spec: FleetSpec, work: Workload, config: SimConfig) -> FloatArray:
@@ -118,7 +118,7 @@ class CandidateFleet:
         none of them is released. Two fleets with one schedule replay alike. Pure."""
         horizon = work.horizon_s
         if not self.hindsight:
-            kept = np.clip(self.whole[0], spec.min_replicas, spec.max_replicas)
+            kept = np.clip(self.replicas[0], spec.min_replicas, spec.max_replicas)
             return np.concatenate(([0.0, horizon], kept))[None, :]
         scaler, state = self.scaler(spec), FleetState.static(spec)
         ticks, tick = [], work.start_s + config.tick_s
@@ -150,18 +150,18 @@ def candidate_fleets(
     for name, replicas, step in plans:
         for derate in DERATINGS:
             derated = spill(spec, replicas / derate)
-            # 1e-6: a mean of 2.0000001 from the solver is two replicas, not three.
-            whole = np.ceil(derated - 1e-6).astype(np.intp)
-            out.append(CandidateFleet(f"{name} / {derate:g}", whole, step, True))
+            out.append(CandidateFleet(f"{name} / {derate:g}", derated, step, True))
         mean: FloatArray = replicas.mean(axis=0)
         for multiple in FIXED_MULTIPLES:
             fixed: IntArray = np.clip(
                 np.ceil(mean * multiple - 1e-6), spec.min_replicas, spec.max_replicas
             ).astype(np.intp)
             label = f"fixed {multiple:g} x {name} mean {fixed.tolist()}"
-            out.append(CandidateFleet(label, fixed[None, :], max(work.horizon_s, 1e-9), False))
-    top = spec.max_replicas.astype(np.intp)[None, :]
-    out.append(CandidateFleet("every pool at its max", top, max(work.horizon_s, 1e-9), False))
+            out.append(
+                CandidateFleet(label, fixed[None, :].astype(np.float64), work.horizon_s, False)
+            )
+    top = spec.max_replicas[None, :].astype(np.float64)
+    out.append(CandidateFleet("every pool at its max", top, work.horizon_s, False))
     return out
 
 
