@@ -102,9 +102,13 @@ def _sqlite_sql(sql: str) -> tuple[str, tuple[int, ...] | None]:
     return _NUMBERED.sub("?", sql), None if order == tuple(range(len(order))) else order
 
 
+def _in_order(args: Sequence[object], order: tuple[int, ...] | None) -> Sequence[object]:
+    return args if order is None else tuple(args[i] for i in order)
+
+
 def _sqlite_args(sql: str, args: Sequence[object]) -> tuple[str, Sequence[object]]:
     text, order = _sqlite_sql(sql)
-    return text, args if order is None else tuple(args[i] for i in order)
+    return text, _in_order(args, order)
 
 
 def _rows_changed(status: str) -> int:
@@ -186,7 +190,7 @@ class _SqliteConnection:
     async def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> int | None:
         text, order = _sqlite_sql(sql)
         if order is not None:
-            rows = [tuple(row[i] for i in order) for row in rows]
+            rows = [_in_order(row, order) for row in rows]
         async with self._conn.executemany(text, rows) as cursor:
             return max(cursor.rowcount, 0)
 
