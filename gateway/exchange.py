@@ -29,13 +29,12 @@ from gateway.openai_request import ParsedRequest
 from gateway.relay import StreamRelays
 from gateway.routing_state import RoutingState
 from gateway.streaming import StreamWatch
-from gateway.upstream_answers import ModelRenamer, checked_usage
+from gateway.upstream_answers import JsonAnswer, ModelRenamer, checked_usage
 from router.scoring import RouteRequest
 
 __all__ = ["Exchange"]
 
-_JSON = "application/json"
-_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_SSE_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 # What the first line of a server-sent-event stream may start with.
 _SSE_FIELDS = (b"data:", b":", b"event:", b"id:", b"retry:")
 
@@ -110,12 +109,7 @@ class Exchange:
         # pool that answered it is healthy.
         self.state.outlier.on_success(attempt.pool.id, time.time())
         self.finisher.finish(ctx, route, attempt, 0, 0, 0.0, f"client_error_{status}")
-        return Response(
-            body,
-            status_code=status,
-            media_type=_JSON,
-            headers=attempt.response_headers(0.0, ctx.request_id),
-        )
+        return JsonAnswer(body, attempt.response_headers(0.0, ctx.request_id), status)
 
     async def unary(
         self,
@@ -175,9 +169,7 @@ class Exchange:
             response_model=model,
         )
         body = ModelRenamer(attempt.pool.upstream_model, route.model)(body)
-        return Response(
-            body, media_type=_JSON, headers=attempt.response_headers(cost, ctx.request_id)
-        )
+        return JsonAnswer(body, attempt.response_headers(cost, ctx.request_id))
 
     async def stream(
         self,
@@ -244,8 +236,7 @@ class Exchange:
         est_cost = route.est_tokens * attempt.usd_per_token if route.est_tokens else 0.0
         chunks = resp.iter_chunks()
         body_iter = self.relays.relay(first, chunks, resp, watch, attempt, route, started, ctx)
-        return EventStreamResponse(
-            body_iter,
-            media_type="text/event-stream",
-            headers={**_SSE_HEADERS, **attempt.response_headers(est_cost, ctx.request_id)},
-        )
+        response = EventStreamResponse(body_iter, media_type="text/event-stream")
+        response.raw_headers += _SSE_HEADERS
+        response.raw_headers += attempt.response_headers(est_cost, ctx.request_id)
+        return response

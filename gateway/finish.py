@@ -79,18 +79,18 @@ class Attempt:
             routing.connect_timeout_ms / 1000, self.first_byte_s, routing.idle_timeout_ms / 1000
         )
 
-    def response_headers(self, cost: float, request_id: str) -> dict[str, str]:
-        """The ``x-skyroute-*`` and ``x-request-id`` headers of the client's response
-        (``cost`` in USD)."""
+    def response_headers(self, cost: float, request_id: str) -> list[tuple[bytes, bytes]]:
+        """The ``x-request-id`` and ``x-skyroute-*`` headers of the client's response
+        (``cost`` in USD), as ASGI raw headers: lowercase names, Latin-1 values."""
         pool = self.pool
-        return {
-            "x-request-id": request_id,
-            "x-skyroute-pool": pool.id,
-            "x-skyroute-provider": pool.provider,
-            "x-skyroute-region": pool.region,
-            "x-skyroute-attempts": str(self.number),
-            "x-skyroute-cost-usd": f"{cost:.8f}",
-        }
+        return [
+            (b"x-request-id", request_id.encode("latin-1")),
+            (b"x-skyroute-pool", pool.id.encode("latin-1")),
+            (b"x-skyroute-provider", pool.provider.encode("latin-1")),
+            (b"x-skyroute-region", pool.region.encode("latin-1")),
+            (b"x-skyroute-attempts", b"%d" % self.number),
+            (b"x-skyroute-cost-usd", b"%.8f" % cost),
+        ]
 
 
 P = ParamSpec("P")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+from starlette.responses import Response
 
 from base.errors import NoFeasiblePool, RoutingError, UpstreamInvalidAnswer
 from gateway.openai_request import Operation
@@ -77,3 +78,24 @@ class ModelRenamer:
             if old in data:
                 data = data.replace(old, new)
         return data
+
+
+class JsonAnswer(Response):
+    """A JSON body for the client, with ``headers`` given as ASGI raw headers (lowercase
+    names, Latin-1 values; ``content-length`` and ``content-type`` are added). The same
+    response as ``Response(body, status, headers=..., media_type="application/json")``,
+    built without lowercasing and encoding each header's name and value again."""
+
+    media_type = "application/json"
+
+    def __init__(
+        self, body: bytes, headers: list[tuple[bytes, bytes]], status_code: int = 200
+    ) -> None:
+        self.status_code = status_code
+        self.body = body
+        self.background = None
+        self.raw_headers = [
+            (b"content-length", b"%d" % len(body)),
+            (b"content-type", b"application/json"),
+            *headers,
+        ]

@@ -67,9 +67,16 @@ def _json_line(
 ) -> str:
     out: dict[str, object] = {"ts": round(created, 3), "level": level, "logger": name,
                               "msg": redact(msg)}  # fmt: skip
-    if isinstance(fields, Mapping):
+    if type(fields) is dict or isinstance(fields, Mapping):
         # Structured fields can carry client-sent values (a request id): mask them too.
-        out.update({k: redact(v) if isinstance(v, str) else v for k, v in fields.items()})
+        # An access line has a dozen fields, most of them numbers or strings seen
+        # before: those are taken as they are without a call to ``redact`` each.
+        clean = _CLEAN
+        for k, v in fields.items():
+            if type(v) is str:
+                out[k] = v if v in clean else redact(v)
+            else:
+                out[k] = redact(v) if isinstance(v, str) else v
     if exc is not None:
         out["exc"] = redact(exc)
     return orjson.dumps(out, default=str).decode()

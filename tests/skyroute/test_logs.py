@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from types import MappingProxyType
 
 import orjson
 import pytest
@@ -107,3 +108,32 @@ def test_json_formatter_masks_a_key_in_the_exception() -> None:
 
 def test_json_formatter_writes_no_exc_without_an_exception() -> None:
     assert "exc" not in orjson.loads(JsonFormatter().format(_record("fine")))
+
+
+# -- structured fields ----------------------------------------------------------------
+
+
+class _Text(str):
+    """A str subclass (as an Enum with a str mixin is): not the exact type the clean
+    cache's fast path takes."""
+
+
+def _fields_line(fields: object) -> dict[str, object]:
+    record = _record("request")
+    record.fields = fields
+    out: dict[str, object] = orjson.loads(JsonFormatter().format(record))
+    return out
+
+
+def test_fields_mask_a_secret_each_time_it_comes_even_after_clean_values() -> None:
+    clean = {"pool": "aws:us-east-1:h100", "status": "ok", "attempts": 1}
+    _fields_line(clean)  # its strings are now known to be clean
+    out = _fields_line({**clean, "request_id": KEY, "note": _Text(f"key {KEY}")})
+    assert out["request_id"] == "[REDACTED]"
+    assert out["note"] == "key [REDACTED]"
+    assert (out["pool"], out["status"], out["attempts"]) == ("aws:us-east-1:h100", "ok", 1)
+
+
+def test_fields_from_any_mapping_are_written_and_masked() -> None:
+    out = _fields_line(MappingProxyType({"request_id": KEY, "n": 2}))
+    assert (out["request_id"], out["n"]) == ("[REDACTED]", 2)
