@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -63,66 +64,40 @@ import numpy as np
 
 from autoscaler.config import ScalerConfig
 
-try:
-    from loadtests.backtest_fleet import (
-        MAX_REPLICAS,
-        WARMUP,
-        WINDOW_S,
-        Mix,
-        backtest_policy,
-        catalog_prices,
-        demand_tokens,
-    )
-    from loadtests.backtest_forecast import forecast_rows
-    from loadtests.backtest_replay import (
-        QUANTILE,
-        UTILISATION,
-        Asked,
-        Result,
-        oracle,
-        ours,
-        reactive,
-        replay,
-        scaler_config,
-    )
-    from loadtests.backtest_series import (
-        DEFAULT_SERIES,
-        VARIANT_SEED,
-        Series,
-        read_series,
-        variants,
-        wape,
-    )
-except ModuleNotFoundError:  # run as a script: this directory is on sys.path
-    from backtest_fleet import (  # type: ignore[no-redef,import-not-found]
-        MAX_REPLICAS,
-        WARMUP,
-        WINDOW_S,
-        Mix,
-        backtest_policy,
-        catalog_prices,
-        demand_tokens,
-    )
-    from backtest_forecast import forecast_rows  # type: ignore[no-redef,import-not-found]
-    from backtest_replay import (  # type: ignore[no-redef,import-not-found]
-        QUANTILE,
-        UTILISATION,
-        Asked,
-        Result,
-        oracle,
-        ours,
-        reactive,
-        replay,
-        scaler_config,
-    )
-    from backtest_series import (  # type: ignore[no-redef,import-not-found]
-        DEFAULT_SERIES,
-        VARIANT_SEED,
-        Series,
-        read_series,
-        variants,
-        wape,
-    )
+# ``python loadtests/backtest_autoscaler.py`` puts this directory, not the project, on sys.path.
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.backtest_fleet import (  # noqa: E402
+    MAX_REPLICAS,
+    WARMUP,
+    WINDOW_S,
+    Mix,
+    backtest_policy,
+    catalog_prices,
+    demand_tokens,
+)
+from loadtests.backtest_forecast import forecast_rows  # noqa: E402
+from loadtests.backtest_replay import (  # noqa: E402
+    QUANTILE,
+    UTILISATION,
+    Asked,
+    Result,
+    oracle,
+    ours,
+    reactive,
+    replay,
+    scaler_config,
+)
+from loadtests.backtest_series import (  # noqa: E402
+    DEFAULT_SERIES,
+    VARIANT_SEED,
+    Series,
+    read_series,
+    variants,
+    wape,
+)
 
 
 def decomposition(mix: Mix, asked: Asked, result: Result, best: Result) -> tuple[str, ...]:

@@ -14,15 +14,7 @@ from autoscaler.calibrate import LineCalibration
 from autoscaler.forecast import ForecastConfig, forecast_rate
 from autoscaler.gaps import missing_windows
 from base.types import FloatArray
-
-try:
-    from loadtests.backtest_series import WINDOW_S, mase, wape
-except ModuleNotFoundError:  # run as a script: this directory is on sys.path
-    from backtest_series import (  # type: ignore[no-redef,import-not-found]
-        WINDOW_S,
-        mase,
-        wape,
-    )
+from loadtests.backtest_series import WINDOW_S, mase, wape
 
 T0 = 1_700_438_400.0  # a Monday 00:00 UTC; the series' own clock starts at 0
 WARMUP = 144  # one day of windows

@@ -18,30 +18,17 @@ from autoscaler.forecast import ForecastConfig
 from autoscaler.state import ScalerState
 from base.types import FloatArray, IntArray
 from live.demand_table import DemandSeries
+from loadtests.backtest_fleet import (
+    MODEL,
+    PROMPT_TOKENS,
+    SHARES,
+    T0,
+    WARMUP,
+    WINDOW_S,
+    Fleet,
+    Mix,
+)
 from router.policy import Policy
-
-try:
-    from loadtests.backtest_fleet import (
-        MODEL,
-        PROMPT_TOKENS,
-        SHARES,
-        T0,
-        WARMUP,
-        WINDOW_S,
-        Fleet,
-        Mix,
-    )
-except ModuleNotFoundError:  # run as a script: this directory is on sys.path
-    from backtest_fleet import (  # type: ignore[no-redef,import-not-found]
-        MODEL,
-        PROMPT_TOKENS,
-        SHARES,
-        T0,
-        WARMUP,
-        WINDOW_S,
-        Fleet,
-        Mix,
-    )
 
 UTILISATION = 0.8
 QUANTILE = 0.99  # the one target coverage of every variant (chosen on the original)

@@ -25,6 +25,7 @@ hindsight factor. Windows whose demand is unknown are not scored. Prints numbers
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,17 +36,13 @@ from autoscaler.forecast import _LAGS, _held, _state
 from autoscaler.quantreg import quantile_regression
 from base.types import FloatArray, IntArray
 
-try:
-    from loadtests.backtest_autoscaler import table
-    from loadtests.backtest_series import DEFAULT_SERIES, VARIANT_SEED, read_series, variants
-except ModuleNotFoundError:  # run as a script: this directory is on sys.path
-    from backtest_autoscaler import table  # type: ignore[no-redef,import-not-found]
-    from backtest_series import (  # type: ignore[no-redef,import-not-found]
-        DEFAULT_SERIES,
-        VARIANT_SEED,
-        read_series,
-        variants,
-    )
+# ``python loadtests/margin_floor.py`` puts this directory, not the project, on sys.path.
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from loadtests.backtest_autoscaler import table  # noqa: E402
+from loadtests.backtest_series import DEFAULT_SERIES, VARIANT_SEED, read_series, variants  # noqa: E402
 
 DAY = 144  # 600 s windows
 AHEAD = 2  # the window after next: what the back-test orders for
