@@ -140,9 +140,9 @@ class RequestFinisher:
         # finisher, then a counter), the ledger's idempotency id (store.usage_rows).
         self._uid_epoch = secrets.token_hex(8)
         self._uids = itertools.count()
-        # ``finish`` once the answer is written (``on_next_turn``): where an answer is
-        # complete and about to go out, so that recording it does not delay it.
-        self.finish_soon = on_next_turn(self.finish)
+        # The accounting but the usage record, once the answer is written
+        # (``on_next_turn``), so that it does not delay the answer.
+        self._account_soon = on_next_turn(self._account)
 
     def finish(
         self,
@@ -160,6 +160,83 @@ class RequestFinisher:
     ) -> None:
         """Record one finished request (``status`` is ``ok`` or an error code)."""
         now = time.time()
+        self._bill(now, ctx, route, attempt, prompt, completion, cost_usd, status)
+        self._account(
+            now, ctx, route, attempt, prompt, completion, cost_usd, status, ttft_ms, tpot_ms,
+            response_model,
+        )  # fmt: skip
+
+    def finish_soon(
+        self,
+        ctx: RequestContext,
+        route: RouteRequest,
+        attempt: Attempt | None,
+        prompt: int,
+        completion: int,
+        cost_usd: float,
+        status: str,
+        *,
+        ttft_ms: float | None = None,
+        tpot_ms: float | None = None,
+        response_model: str | None = None,
+    ) -> None:
+        """``finish``, for where an answer is complete and about to be written: the usage
+        record is made (and journaled) now, before the client can have the answer, so a
+        process killed at any point after that still bills the request; the rest (demand,
+        decision, metrics, access line, trace) on the loop's next turn, off the answer's
+        way (``on_next_turn``)."""
+        now = time.time()
+        self._bill(now, ctx, route, attempt, prompt, completion, cost_usd, status)
+        self._account_soon(
+            now, ctx, route, attempt, prompt, completion, cost_usd, status, ttft_ms, tpot_ms,
+            response_model,
+        )  # fmt: skip
+
+    def _bill(
+        self,
+        now: float,
+        ctx: RequestContext,
+        route: RouteRequest,
+        attempt: Attempt | None,
+        prompt: int,
+        completion: int,
+        cost_usd: float,
+        status: str,
+    ) -> None:
+        # The usage record: the journal takes it at once (``UsageLog.record``).
+        pool = attempt.pool if attempt else None
+        self.usage.record(
+            UsageRecord(
+                ts_s=now,
+                request_id=ctx.request_id,
+                tenant=ctx.tenant,
+                model=route.model,
+                pool=pool.id if pool else "",
+                provider=pool.provider if pool else "",
+                region=pool.location if pool else "",
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost_nusd=round(cost_usd * NANO),
+                status=status,
+                est_tokens=ctx.est_tokens,
+                uid=f"{self._uid_epoch}.{next(self._uids):x}",
+            )
+        )
+
+    def _account(
+        self,
+        now: float,
+        ctx: RequestContext,
+        route: RouteRequest,
+        attempt: Attempt | None,
+        prompt: int,
+        completion: int,
+        cost_usd: float,
+        status: str,
+        ttft_ms: float | None,
+        tpot_ms: float | None,
+        response_model: str | None,
+    ) -> None:
         pool = attempt.pool if attempt else None
         latency_ms = (time.perf_counter() - ctx.received_at) * 1000.0
         if attempt is not None:
@@ -246,20 +323,3 @@ class RequestFinisher:
         # asked for, so a capacity shortfall does not hide the demand behind it.
         output = completion if status == "ok" else max(ctx.est_tokens - route.prompt_tokens, 0)
         self.demand.record(DemandRecord(now, route.model, route.client_region, prompt, output, met))
-        self.usage.record(
-            UsageRecord(
-                ts_s=now,
-                request_id=ctx.request_id,
-                tenant=ctx.tenant,
-                model=route.model,
-                pool=pool.id if pool else "",
-                provider=pool.provider if pool else "",
-                region=pool.location if pool else "",
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                cost_nusd=round(cost_usd * NANO),
-                status=status,
-                est_tokens=ctx.est_tokens,
-                uid=f"{self._uid_epoch}.{next(self._uids):x}",
-            )
-        )

@@ -1,5 +1,6 @@
-"""A finished request is recorded once, after its answer is written and before the
-process handles anything else."""
+"""A finished request is recorded once: its usage record (the bill, journaled) before its
+answer is written, the rest of its accounting after, before the process handles anything
+else."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def finish_soon(f: RequestFinisher, request_id: str) -> None:
     f.finish_soon(context(request_id), ROUTE, None, 400, 100, 0.001, "ok")
 
 
-def test_the_record_is_made_on_the_loops_next_turn_exactly_once() -> None:
+def test_the_usage_record_is_made_at_once_the_rest_on_the_loops_next_turn_each_once() -> None:
     f = finisher()
 
     async def next_turn() -> None:
@@ -45,16 +46,16 @@ def test_the_record_is_made_on_the_loops_next_turn_exactly_once() -> None:
         asyncio.get_running_loop().call_soon(turned.set)
         await turned.wait()
 
-    async def main() -> list[int]:
+    async def main() -> list[tuple[int, int]]:
         finish_soon(f, "r1")
-        seen = [len(f.usage)]
+        seen = [(len(f.usage), len(f.demand))]
         await next_turn()
-        seen.append(len(f.usage))
+        seen.append((len(f.usage), len(f.demand)))
         await next_turn()
-        seen.append(len(f.usage))
+        seen.append((len(f.usage), len(f.demand)))
         return seen
 
-    assert asyncio.run(main()) == [0, 1, 1]
+    assert asyncio.run(main()) == [(1, 0), (1, 1), (1, 1)]
     [record] = f.usage.take()
     assert (record.request_id, record.tenant, record.prompt_tokens) == ("r1", "acme", 400)
     assert (record.completion_tokens, record.status) == (100, "ok")
@@ -67,18 +68,19 @@ def test_without_a_running_loop_the_record_is_made_at_once() -> None:
     assert [r.request_id for r in f.usage.take()] == ["r1"]
 
 
-def test_the_answer_is_written_before_the_record_and_the_next_request_after_it() -> None:
+def test_the_bill_is_made_before_the_answer_the_rest_after_it_and_before_the_next() -> None:
     """Through the fast-path endpoint as the gateway serves it: when the last byte of the
-    answer is sent the record is not made yet; a request handled next sees it made."""
+    answer is sent its usage record is made (a process killed from then on has it in its
+    journal) and its demand record is not yet; a request handled next sees both made."""
     f = finisher()
-    at_send: list[int] = []
-    at_next_request: list[int] = []
+    at_send: list[tuple[int, int]] = []
+    at_next_request: list[tuple[int, int]] = []
 
     async def handler(request: Request) -> Response:
         if request.url.path == "/first":
             finish_soon(f, "r1")
         else:
-            at_next_request.append(len(f.usage))
+            at_next_request.append((len(f.usage), len(f.demand)))
         return Response(b"{}", media_type="application/json")
 
     app = endpoint(handler)
@@ -92,7 +94,7 @@ def test_the_answer_is_written_before_the_record_and_the_next_request_after_it()
 
     async def send(message: Message) -> None:
         if message["type"] == "http.response.body" and not message.get("more_body"):
-            at_send.append(len(f.usage))
+            at_send.append((len(f.usage), len(f.demand)))
 
     async def main() -> None:
         # As a task, like the server's per-request task: its end takes a turn of the loop.
@@ -101,5 +103,5 @@ def test_the_answer_is_written_before_the_record_and_the_next_request_after_it()
         await app(scope("/second"), receive, send)
 
     asyncio.run(main())
-    assert at_send == [0, 1]
-    assert at_next_request == [1]
+    assert at_send == [(1, 0), (1, 1)]
+    assert at_next_request == [(1, 1)]
