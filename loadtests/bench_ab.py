@@ -1,7 +1,7 @@
 """Gateway CPU per request of two skyroute checkouts, measured in alternating rounds.
 
     python loadtests/bench_ab.py --a OLD_TREE --b NEW_TREE [--rounds 6] [--duration 3]
-        [--concurrency 32] [--stream] [--time-scale 0] [--json out.json]
+        [--launches 1] [--concurrency 32] [--stream] [--time-scale 0] [--json out.json]
     python loadtests/bench_ab.py --a . --env-a SKYROUTE_LOG_LEVEL=WARNING   # one setting's cost
 
 On a shared 2-core machine, the CPU per request of one run drifts by 10-20 % from minute
@@ -11,9 +11,12 @@ Redis) run at once, pinned to the same CPU; the engine and the load generator ge
 other. The load alternates between them, A B B A A B ..., ``--rounds`` closed-loop
 phases each, so a slow minute costs both alike. Prints each phase's gateway CPU ms per
 request (user + system of the process tree) and, per tree, the median and the spread;
-then B's median over A's. ``--env-a``/``--env-b NAME=VALUE`` (repeatable) set one side's
-environment, so the same tree run twice prices a setting (the access log at INFO, an
-external store worker). Numbers only: nothing is asserted.
+then B's median over A's. ``--launches N`` starts both gateways afresh N times (B first on
+odd launches) and prints each launch's B/A as well: two launches of the same pair of trees
+gave 0.923 and 1.033, so one launch can mislead however many rounds it runs.
+``--env-a``/``--env-b NAME=VALUE`` (repeatable) set one side's environment, so the same
+tree run twice prices a setting (the access log at INFO, an external store worker). Numbers
+only: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -76,6 +79,47 @@ async def phase(url: str, key: str, stream: bool, concurrency: int, seconds: flo
     return (c1 - c0) * 1000.0 / n, len(tally.lat), tally.errors
 
 
+def start_gateways(
+    args: argparse.Namespace, base_env: dict[str, str], tmp: str, launch: int, gw_cpus: list[int]
+) -> tuple[dict[str, str], dict[str, psutil.Process], list[subprocess.Popen[bytes]]]:
+    """Both trees' gateways, fresh processes with their own ports, prefixes and stores,
+    pinned to ``gw_cpus``; started B first on odd launches, so that neither side always
+    starts first. Returns their URLs, processes and Popen handles."""
+    urls: dict[str, str] = {}
+    gateways: dict[str, psutil.Process] = {}
+    procs: list[subprocess.Popen[bytes]] = []
+    sides = [("A", args.a, args.env_a), ("B", args.b, args.env_b)]
+    for name, tree, overrides in sides[:: -1 if launch % 2 else 1]:
+        port = free_port()
+        store = f"sqlite+aiosqlite:///{tmp}/{name}{launch}.db"
+        env = {**base_env, "SKYROUTE_PORT": str(port), "SKYROUTE_DATABASE_URL": store,
+               "SKYROUTE_REDIS_PREFIX": f"ab{name}{secrets.token_hex(3)}",
+               **dict(kv.split("=", 1) for kv in overrides)}  # fmt: skip
+        cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
+        # cwd first on sys.path: each gateway runs its own tree's code.
+        procs.append(subprocess.Popen(cmd, cwd=tree.resolve(), env=env))
+        urls[name] = f"http://127.0.0.1:{port}"
+        wait_http(urls[name] + "/readyz", 60, procs[-1], b'"ready"')
+        gateways[name] = psutil.Process(procs[-1].pid)
+        pin_threads(gateways[name], gw_cpus)
+    return urls, gateways, procs
+
+
+def summarise(per: dict[str, list[float]], label: str) -> dict[str, object]:
+    """Print and return one set of phases' medians, spreads and B/A."""
+    out: dict[str, object] = {}
+    for name in ("A", "B"):
+        values = per[name]
+        out[name] = {"median": round(median(values), 4), "min": round(min(values), 4),
+                     "max": round(max(values), 4)}  # fmt: skip
+        print(f"{label}{name}: median {median(values):.3f} ms/req (min {min(values):.3f}, "
+              f"max {max(values):.3f})")  # fmt: skip
+    ratio = median(per["B"]) / median(per["A"])
+    wins = sum(b < a for a, b in zip(per["A"], per["B"], strict=True))
+    print(f"{label}B / A (medians): {ratio:.3f}; B below A in {wins} of {len(per['A'])} rounds")
+    return {**out, "ratio": round(ratio, 4), "b_below_a": wins}
+
+
 def main() -> None:
     stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -85,6 +129,11 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per phase")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--stream", action="store_true", help="streamed answers")
+    parser.add_argument(
+        "--launches", type=int, default=1,
+        help="start both gateways afresh this many times, ``--rounds`` phases each: one "
+        "launch's B/A can be off by 5-10 %% however many rounds it runs",
+    )  # fmt: skip
     parser.add_argument(
         "--time-scale", type=float, default=0.0,
         help="the engine's pace (0: every answer at once, one piece; > 0: tokens paced at "
@@ -123,57 +172,51 @@ def main() -> None:
                       str(args.time_scale), "--log-level", "WARNING"]  # fmt: skip
         procs.append(subprocess.Popen(engine_cmd, cwd=args.b, env=base_env))
         wait_http(engine_url + "/health", 30, procs[-1], b"")
-        urls: dict[str, str] = {}
-        gateways: dict[str, psutil.Process] = {}
-        sides = (("A", args.a, args.env_a), ("B", args.b, args.env_b))
-        for name, tree, overrides in sides:
-            port = free_port()
-            store = f"sqlite+aiosqlite:///{tmp.name}/{name}.db"
-            env = {**base_env, "SKYROUTE_PORT": str(port), "SKYROUTE_DATABASE_URL": store,
-                   "SKYROUTE_REDIS_PREFIX": f"ab{name}{secrets.token_hex(3)}",
-                   **dict(kv.split("=", 1) for kv in overrides)}  # fmt: skip
-            cmd = [sys.executable, "-c", "from skyroute.cli import main; main()", "serve"]
-            # cwd first on sys.path: each gateway runs its own tree's code.
-            procs.append(subprocess.Popen(cmd, cwd=tree.resolve(), env=env))
-            urls[name] = f"http://127.0.0.1:{port}"
-            wait_http(urls[name] + "/readyz", 60, procs[-1], b'"ready"')
-            gateways[name] = psutil.Process(procs[-1].pid)
-            pin_threads(gateways[name], sorted(gw_cpus))
         pin_threads(psutil.Process(procs[0].pid), sorted(client_cpus))
-        os.sched_setaffinity(0, client_cpus)
-        time.sleep(3.0)  # past the first seconds after ready (imports, warm caches)
 
         order = [("A", "B") if r % 2 == 0 else ("B", "A") for r in range(args.rounds)]
         per: dict[str, list[float]] = {"A": [], "B": []}
         rows = []
+        launches = []
         mode = "stream" if args.stream else "nonstream"
         print(f"A = {args.a} {' '.join(args.env_a)}, B = {args.b} {' '.join(args.env_b)}; "
-              f"{mode}, c = {args.concurrency}, "
+              f"{mode}, c = {args.concurrency}, {args.launches} launch(es) of "
               f"{args.duration:g} s x {args.rounds} phases each, gateways on CPU "
               f"{sorted(gw_cpus)}", flush=True)  # fmt: skip
-        for r, pair in enumerate(order):
-            for name in pair:
-                ms, n, errors = run_until_sigterm(
-                    phase(urls[name], key, args.stream, args.concurrency, args.duration,
-                          gateways[name])
-                )  # fmt: skip
-                per[name].append(ms)
-                rows.append({"round": r, "tree": name, "cpu_ms_per_req": round(ms, 4),
-                             "requests": n, "errors": errors})  # fmt: skip
-                print(f"  round {r} {name}: {ms:.3f} ms/req  ({n} requests, {errors} errors)",
-                      flush=True)  # fmt: skip
-        summary = {}
-        for name in ("A", "B"):
-            values = per[name]
-            summary[name] = {"median": round(median(values), 4), "min": round(min(values), 4),
-                             "max": round(max(values), 4)}  # fmt: skip
-            print(f"{name}: median {median(values):.3f} ms/req (min {min(values):.3f}, "
-                  f"max {max(values):.3f})")  # fmt: skip
-        ratio = summary["B"]["median"] / summary["A"]["median"]
-        wins = sum(b < a for a, b in zip(per["A"], per["B"], strict=True))
-        print(f"B / A (medians): {ratio:.3f}; B below A in {wins} of {args.rounds} rounds")
+        for launch in range(args.launches):
+            # The gateways start with every CPU, as a server would, and are then pinned.
+            os.sched_setaffinity(0, cpus)
+            urls, gateways, started = start_gateways(
+                args, base_env, tmp.name, launch, sorted(gw_cpus)
+            )
+            procs += started
+            os.sched_setaffinity(0, client_cpus)
+            time.sleep(3.0)  # past the first seconds after ready (imports, warm caches)
+            this: dict[str, list[float]] = {"A": [], "B": []}
+            for r, pair in enumerate(order):
+                for name in pair:
+                    ms, n, errors = run_until_sigterm(
+                        phase(urls[name], key, args.stream, args.concurrency, args.duration,
+                              gateways[name])
+                    )  # fmt: skip
+                    this[name].append(ms)
+                    rows.append({"launch": launch, "round": r, "tree": name,
+                                 "cpu_ms_per_req": round(ms, 4), "requests": n,
+                                 "errors": errors})  # fmt: skip
+                    print(f"  launch {launch} round {r} {name}: {ms:.3f} ms/req  ({n} "
+                          f"requests, {errors} errors)", flush=True)  # fmt: skip
+            for popen in started:
+                stop(popen, 10)
+            if args.launches > 1:
+                launches.append(summarise(this, f"launch {launch}: "))
+            for name in ("A", "B"):
+                per[name] += this[name]
+        summary = summarise(per, "")
+        if args.launches > 1:
+            ratios = [f"{x['ratio']:.3f}" for x in launches]
+            print(f"B / A per launch: {', '.join(ratios)}")
         if args.json:
-            args.json.write_text(json.dumps({"summary": summary, "ratio": ratio,
+            args.json.write_text(json.dumps({"summary": summary, "launches": launches,
                                              "phases": rows}, indent=2))  # fmt: skip
     finally:
         for popen in reversed(procs):
