@@ -370,7 +370,7 @@ def main() -> None:
             print_rows(rows)
             print("\npeak RSS (VmHWM of the process tree): "
                   + ", ".join(f"{k} {v:.0f} MB" for k, v in peak.items()))  # fmt: skip
-            summary = floor_summary(rows)
+            summary = floor_summary(rows, args.skyroute_workers)
             comparison = litellm_comparison(rows)
             warnings = warnings_for(rows)
             if notes.get("portkey", {}).get("streaming_patched"):

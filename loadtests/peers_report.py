@@ -71,9 +71,10 @@ def print_rows(rows: list[Row]) -> None:
                           for r in apart))  # fmt: skip
 
 
-def floor_summary(rows: list[Row]) -> dict[str, dict[str, object]]:
+def floor_summary(rows: list[Row], skyroute_workers: int = 1) -> dict[str, dict[str, object]]:
     """Per ``mode/c=N``: each gateway's CPU ms/request, req/s, p50/p99 and CPU ratio to the
-    floor; printed as one table, returned for the JSON."""
+    floor; printed as one table, returned for the JSON. ``skyroute_workers``: how many
+    workers skyroute ran (``serve --workers``), said in the table's title."""
     by = {(r.mode, r.concurrency, r.target): r for r in rows}
     present = [g for g in GATEWAYS if any(r.target == g for r in rows)]
     cells = sorted(
@@ -108,7 +109,15 @@ def floor_summary(rows: list[Row]) -> dict[str, dict[str, object]]:
         out[f"{mode}/c={conc}"] = entry
         table.append(line)
     if table:
-        print("\ngateway CPU ms/request (x the bare proxy's), req/s, p50/p99 ms; one worker each:")
+        each = (
+            "one worker each"
+            if skyroute_workers == 1
+            else (
+                f"one worker each but skyroute, {skyroute_workers} workers (its CPU is theirs and "
+                "their store worker's, on the same CPUs)"
+            )
+        )
+        print(f"\ngateway CPU ms/request (x the bare proxy's), req/s, p50/p99 ms; {each}:")
         _print_table(["mode", "conc", *present], table)
     if compared:
         verdict = "met in every cell" if not misses else "NOT met at " + ", ".join(misses)
