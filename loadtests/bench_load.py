@@ -9,6 +9,7 @@ run the same policy and their figures can be set side by side.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -85,6 +86,15 @@ class Load:
     body: bytes
     stream: bool
     pools: Counter[str] | None = None
+
+    @classmethod
+    def chat(cls, base_url: str, key: str, stream: bool) -> Load:
+        """The benchmarks' one chat request (``PROMPT``, ``MAX_TOKENS``, model ``MODEL``)
+        to ``base_url``, with API key ``key``."""
+        payload = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
+                   "max_tokens": MAX_TOKENS, "stream": stream}  # fmt: skip
+        headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+        return cls(base_url + "/v1/chat/completions", headers, json.dumps(payload).encode(), stream)
 
 
 class Tally:

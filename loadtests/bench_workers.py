@@ -47,10 +47,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from loadtests.bench_load import (  # noqa: E402
-    MAX_TOKENS,
-    MODEL,
     PROFILE,
-    PROMPT,
     UPSTREAM_MODEL,
     Load,
     closed_loop,
@@ -76,10 +73,7 @@ def _cpus(spec: str) -> list[int]:
 
 
 async def _client(url: str, key: str, concurrency: int, seconds: float, stream: bool) -> None:
-    payload = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}],
-               "max_tokens": MAX_TOKENS, "stream": stream}  # fmt: skip
-    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
-    load = Load(url + "/v1/chat/completions", headers, json.dumps(payload).encode(), stream)
+    load = Load.chat(url, key, stream)
     connector = aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=60)
     async with aiohttp.ClientSession(connector=connector) as session:
         await closed_loop(session, load, concurrency, 0.5)
