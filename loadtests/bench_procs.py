@@ -148,6 +148,17 @@ def pin_threads(proc: psutil.Process, cpus: list[int], children: bool = True) ->
     return pinned
 
 
+def cpu_list(text: str) -> list[int]:
+    """``0,2-4`` -> [0, 2, 3, 4]: a list of numbers and inclusive ranges, as ``taskset``
+    takes CPUs (empty items are skipped). Raises ValueError on anything else."""
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part:
+            lo, _, hi = part.partition("-")
+            out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
 def parse_ports(spec: str, names: set[str]) -> dict[str, int]:
     """``engine=9001,skyroute=9002`` -> {"engine": 9001, "skyroute": 9002}.
 

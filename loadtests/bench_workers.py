@@ -55,6 +55,7 @@ from loadtests.bench_load import (  # noqa: E402
 )
 from loadtests.bench_procs import (  # noqa: E402
     Processes,
+    cpu_list,
     pin_threads,
     stop_on_sigterm,
     tree_cpu_s,
@@ -62,14 +63,6 @@ from loadtests.bench_procs import (  # noqa: E402
 
 # Busy enough to be the bottleneck / too busy to be a fair load generator.
 BUSY = 0.9
-
-
-def _cpus(spec: str) -> list[int]:
-    out: list[int] = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        out += range(int(lo), int(hi or lo) + 1)
-    return out
 
 
 async def _client(url: str, key: str, concurrency: int, seconds: float, stream: bool) -> None:
@@ -161,8 +154,8 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     half = max(len(cpus) // 2, 1)
     parser.add_argument("--workers", default="1,2", help="worker counts to compare")
-    parser.add_argument("--gateway-cpus", default=",".join(map(str, cpus[:half])))
-    parser.add_argument("--client-cpus", default=",".join(map(str, cpus[half:] or cpus)))
+    parser.add_argument("--gateway-cpus", type=cpu_list, default=cpus[:half])
+    parser.add_argument("--client-cpus", type=cpu_list, default=cpus[half:] or cpus)
     parser.add_argument("--engines", type=int, default=0, help="0: one per client CPU")
     parser.add_argument("--clients", type=int, default=0, help="0: one per client CPU")
     parser.add_argument("--concurrency", type=int, default=64, help="connections in all")
@@ -177,7 +170,6 @@ def main() -> None:
         asyncio.run(_client(args.client, args.key, args.concurrency, args.duration, args.stream))
         return
     counts = [int(w) for w in args.workers.split(",")]
-    args.gateway_cpus, args.client_cpus = _cpus(args.gateway_cpus), _cpus(args.client_cpus)
     args.engines = args.engines or len(args.client_cpus)
     args.clients = args.clients or len(args.client_cpus)
     tmp = tempfile.TemporaryDirectory(prefix="skyroute-workers-")

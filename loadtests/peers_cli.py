@@ -10,17 +10,13 @@ from pathlib import Path
 import psutil
 
 from loadtests.bench_load import MAX_TOKENS, PROFILE
-from loadtests.bench_procs import parse_ports
+from loadtests.bench_procs import cpu_list, parse_ports
 from loadtests.peer_litellm import LITELLM_VERSION
 from loadtests.peer_portkey import PORTKEY_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ("bare", "bare-asgi", "portkey", "litellm")
 PORT_NAMES = {"engine", "redis", "skyroute", *PEERS}
-
-
-def cpu_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def parse_args(description: str) -> argparse.Namespace:

@@ -14,8 +14,8 @@ half the rate, Mooncake at twice and half), then each of the first seven with th
 table at the top gives skyroute's verdict on every run. Writes one table per run: each
 policy's provisioned cost, SLO attainment, whether it reaches 99 % of the attainable
 attainment, and its gap to (a) and to the valid bound (b), then the verdict against the
-issue's targets. ``--quick`` replays the first 3,000
-requests only. Each run's result.json and plots stay under ``--out``.
+issue's targets. ``--quick`` replays the first 3,000 requests only. Each run's
+result.json and plots stay under ``--out``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ TRACES = ROOT.parent / "shared" / "data" / "traces"
 CONV = TRACES / "AzureLLMInferenceTrace_conv.csv"
 MOONCAKE = TRACES / "mooncake_synthetic_trace.jsonl"
 REGIONS = "aws:us-east-1=0.6,gcp:us-central1=0.2,aws:eu-west-1=0.2"
-TARGET = 0.99
 EU_HEAVY = "aws:us-east-1=0.2,gcp:us-central1=0.2,aws:eu-west-1=0.6"
 TARGET = 0.99
 
@@ -82,17 +81,16 @@ RUNS: tuple[Run, ...] = (
 )
 
 
-def simulate(out: Path, trace: Path, variant: str, speedup: float, scaler: str, seed: int,
-             ref: bool, quick: bool, regions: str = REGIONS) -> dict[str, Any]:  # fmt: skip
+def simulate(out: Path, run: Run, quick: bool) -> dict[str, Any]:
     """One ``skyroute simulate`` run (arrivals ``speedup`` times as fast); its result.json."""
     parser = argparse.ArgumentParser(prog="skyroute")
     register(parser.add_subparsers(dest="command", required=True))
     args = [
-        "simulate", "--trace", str(trace), "--variant", variant, "--scale-fleet", "auto",
-        "--client-regions", regions, "--scaler", scaler, "--seed", str(seed),
-        "--speedup", str(speedup), "--out", str(out), "--no-progress",
+        "simulate", "--trace", str(run.trace), "--variant", run.variant, "--scale-fleet",
+        "auto", "--client-regions", run.regions, "--scaler", run.scaler, "--seed",
+        str(run.seed), "--speedup", str(run.speedup), "--out", str(out), "--no-progress",
     ]  # fmt: skip
-    if ref:
+    if run.reference:
         args.append("--reference")
     if quick:
         args += ["--max-requests", "3000", "--warmup-s", "120"]
@@ -130,12 +128,9 @@ class Verdict:
         out = f"skyroute {100 * self.attainment:.2f} % (threshold {100 * th:.2f} %): " + (
             "reaches it" if self.attainment >= th else "misses it"
         )
-        if self.rival is not None and self.saving is not None:
-            how = (
-                f"{100 * self.saving:.1f}% cheaper"
-                if self.saving >= 0
-                else f"{-100 * self.saving:.1f}% dearer"
-            )
+        saving = self.saving
+        if self.rival is not None and saving is not None:
+            how = f"{100 * saving:.1f}% cheaper" if saving >= 0 else f"{-100 * saving:.1f}% dearer"
             out += (
                 f"; cheapest baseline at that attainment {self.rival['policy']} "
                 f"${self.rival['provisioned_usd']:.2f}: skyroute {how}"
@@ -234,17 +229,19 @@ def main() -> None:
     refs: dict[tuple[str, str, float, int, str], dict[str, Any] | None] = {}
     body: list[str] = []
     summary: list[str] = []
-    for label, trace, variant, speedup, scaler, seed, ref, regions in RUNS:
+    for run in RUNS:
+        label, trace, variant, speedup, scaler, seed, ref, regions = run
         mix = "" if regions == REGIONS else "-eu"
         out = args.out / f"{trace.stem}-{variant}-x{speedup:g}{mix}-{scaler}-{seed}"
         started = time.perf_counter()
-        doc = simulate(out, trace, variant, speedup, scaler, seed, ref, args.quick, regions)
+        doc = simulate(out, run, args.quick)
         took = time.perf_counter() - started
-        if ref:
-            refs[(str(trace), variant, speedup, seed, regions)] = doc.get("reference")
         # The reference replays skyroute's routing with the run's seed: a planner run
         # takes the reactive run's search of the same seed.
-        reference = refs.get((str(trace), variant, speedup, seed, regions))
+        key = (str(trace), variant, speedup, seed, regions)
+        if ref:
+            refs[key] = doc.get("reference")
+        reference = refs.get(key)
         v = verdict(doc, reference)
         if v is not None:
             summary.append(v.row(label, scaler, seed))
