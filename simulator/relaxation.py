@@ -26,14 +26,17 @@ the simulator must satisfy, so no policy and no scaler can beat it:
   (booting, ready, draining) are at least the ready ones. Boots are not charged.
 
 Only the measured requests and ``[0, horizon]`` count: warm-up load and capacity past
-the horizon are dropped, which can only lower the bound. The LP is solved by HiGHS.
+the horizon are dropped, which can only lower the bound. The LP is solved by HiGHS; a
+large trace is solved in chunks of time, joined by pricing the coverage row
+(``_chunked``), which keeps the bound valid.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import linprog  # type: ignore[import-untyped]
@@ -49,6 +52,15 @@ from simulator.spec import FleetSpec
 # valid; more rows bind tighter where a pool's max replicas caps a burst, and cost time).
 METHOD = "highs"
 INTERVALS: tuple[tuple[int, int], ...] = ((1, 1), (5, 5))
+# A trace of more than CHUNK_REQUESTS measured requests over more than two CHUNK_S is
+# bounded chunk by chunk (``_chunked``): HiGHS's time on the one LP grows faster than the
+# trace (the conversation trace's 19,366 requests: 2.2 s; the same hour six times over,
+# 116,196: 60 s and 720 MB more), and a day's would not fit the machine. Chunked, the
+# six hours took 10 s and 110 MB, and the bound moved by 5e-7 of itself.
+CHUNK_S = 3600.0
+CHUNK_REQUESTS = 40_000
+# Solves of every chunk in the search for the coverage row's price (``_chunked``).
+_SEARCH_STEPS = 6
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,13 +162,50 @@ def _rows(
 
 
 def relaxation_bound(
-    spec: FleetSpec, work: Workload, target: float = 0.99, window_s: float = 60.0
+    spec: FleetSpec,
+    work: Workload,
+    target: float = 0.99,
+    window_s: float = 60.0,
+    chunk_s: float | None = CHUNK_S,
+    chunk_requests: int = CHUNK_REQUESTS,
 ) -> Relaxation:
     """The LP bound for serving at least ``target`` × the attainable share (requests
     some pool can serve alone; ``metrics.attainable``) of the measured requests within
-    the SLO; see the module docstring. Raises SimulationError if the solve fails or no
-    fleet within the pools' max replicas reaches the target.
+    the SLO; see the module docstring. A trace of more than ``chunk_requests`` over more
+    than two ``chunk_s`` is bounded chunk by chunk (``_chunked``; None: one LP whatever
+    the size). Raises
+    SimulationError if a solve fails or no fleet within the pools' max replicas reaches
+    the target.
     """
+    needed = target * float(servable(spec, work).sum())
+    big = len(work.arrival_s) - work.n_warm > chunk_requests
+    if chunk_s is not None and big and work.horizon_s > 2 * chunk_s:
+        return _chunked(spec, work, target, window_s, chunk_s, needed)
+    lp = _solve(spec, work, window_s, needed=needed)
+    return Relaxation(
+        total_usd=lp.usd,
+        target=target,
+        window_s=window_s,
+        replicas=lp.replicas,
+        served_per_pool=lp.served,
+        needed=needed,
+        status=lp.status,
+    )
+
+
+class _LP(NamedTuple):
+    usd: float  # the objective: USD, less ``reward`` x the requests served if rewarded
+    replicas: FloatArray  # [window, pool]
+    served: FloatArray  # requests served per pool
+    status: str
+    price_of_needed: float  # USD a further request served costs (the coverage row's dual)
+
+
+def _solve(
+    spec: FleetSpec, work: Workload, window_s: float, *, needed: float = 0.0, reward: float = 0.0
+) -> _LP:
+    """One LP over ``work``'s measured requests: serve at least ``needed`` of them at
+    least cost, or (``needed`` 0) minimise cost less ``reward`` per request served."""
     m = slice(work.n_warm, None)
     n_req = len(work.arrival_s[m])
     horizon = max(work.horizon_s, 1e-9)
@@ -167,7 +216,6 @@ def relaxation_bound(
     tpot_ok = np.asarray([pr.tpot_ms(1) <= spec.slo.tpot_ms for pr in spec.profiles])
     decodes = (work.output_tokens[m] > 1)[:, None]
     ok = ttft_ok & (~decodes | tpot_ok[None, :])
-    needed = target * float(servable(spec, work).sum())
     n_y, size = int(ok.sum()), spec.size
     rows, cols, vals, n_rows = _rows(spec, work, ok, window_s, n_win, horizon)
     # Capacity rows again, now over the replica variables n[w, p] (after the y's).
@@ -190,23 +238,26 @@ def relaxation_bound(
     req_of = np.nonzero(ok)[0]
     pool_of = np.nonzero(ok)[1]
     n_var = n_y + n_win * size
-    # Rows: capacity (<= 0), each request served at most once (<= 1), and the served
-    # total at least ``needed`` (as -sum <= -needed).
+    # Rows: capacity (<= 0), each request served at most once (<= 1), and with a
+    # coverage target the served total at least ``needed`` (as -sum <= -needed).
+    cover = needed > 0
     a = coo_matrix(
         (
-            np.concatenate([*vals, *cap_v, np.ones(n_y), -np.ones(n_y)]),
+            np.concatenate([*vals, *cap_v, np.ones(n_y), -np.ones(n_y if cover else 0)]),
             (
-                np.concatenate([*rows, *cap_r, n_rows + req_of, np.full(n_y, n_rows + n_req)]),
-                np.concatenate([*cols, *cap_c, np.arange(n_y), np.arange(n_y)]),
+                np.concatenate([*rows, *cap_r, n_rows + req_of,
+                                np.full(n_y if cover else 0, n_rows + n_req)]),
+                np.concatenate([*cols, *cap_c, np.arange(n_y),
+                                np.arange(n_y if cover else 0)]),
             ),
         ),
-        shape=(n_rows + n_req + 1, n_var),
-    ).tocsr()
-    b = np.concatenate((np.zeros(n_rows), np.ones(n_req), [-needed]))
+        shape=(n_rows + n_req + int(cover), n_var),
+    ).tocsr()  # fmt: skip
+    b = np.concatenate((np.zeros(n_rows), np.ones(n_req), [-needed] if cover else []))
     price = np.outer(lengths, spec.usd_per_replica_hour / 3600.0).ravel()
     upper = np.concatenate((np.ones(n_y), np.tile(spec.max_replicas, n_win).astype(float)))
     res = linprog(
-        np.concatenate((np.zeros(n_y), price)),
+        np.concatenate((np.full(n_y, -reward), price)),
         A_ub=a,
         b_ub=b,
         bounds=np.column_stack((np.zeros(n_var), upper)),
@@ -216,12 +267,72 @@ def relaxation_bound(
         raise SimulationError(f"relaxation bound: no solution ({res.message})")
     sol = np.asarray(res.x, dtype=np.float64)
     served = np.bincount(pool_of, weights=sol[:n_y], minlength=size).astype(np.float64)
+    dual = -float(res.ineqlin.marginals[-1]) if cover else 0.0
+    return _LP(float(res.fun), sol[n_y:].reshape(n_win, size), served, str(res.message), dual)
+
+
+def _piece(work: Workload, t0: float, t1: float) -> Workload:
+    """The measured requests arriving in ``[t0, t1)``, on a clock from ``t0``, with no
+    warm-up and ``t1 - t0`` as the horizon."""
+    arrival = work.arrival_s[work.n_warm :]
+    idx = work.n_warm + np.flatnonzero((arrival >= t0) & (arrival < t1))
+    return replace(
+        work,
+        arrival_s=work.arrival_s[idx] - t0,
+        prompt_tokens=work.prompt_tokens[idx],
+        output_tokens=work.output_tokens[idx],
+        client=work.client[idx],
+        prefill_s=work.prefill_s[idx],
+        n_warm=0,
+        horizon_s=min(t1, work.horizon_s) - t0,
+    )
+
+
+def _chunked(
+    spec: FleetSpec, work: Workload, target: float, window_s: float, chunk_s: float,
+    needed: float,
+) -> Relaxation:  # fmt: skip
+    """The bound of a long trace, chunk by chunk: still a valid lower bound.
+
+    Each chunk (about ``chunk_s``: whole windows, a multiple of every interval's stride)
+    keeps its own requests and capacity rows; a request's energy past its chunk's end
+    and every row across a chunk boundary are dropped (fewer constraints can only lower
+    the optimum). What couples the chunks is the one coverage row, which is priced
+    instead (Lagrangian relaxation): for any price ``lam`` >= 0 a request served,
+    ``L(lam)`` = the sum over chunks of min(cost - lam x served) + lam x ``needed`` is
+    at most the optimum. ``L`` is concave and peaks where the requests served cross
+    ``needed``: the search starts at the coverage row's dual on the busiest chunk
+    solved alone, doubles or halves until the crossing is bracketed, then bisects it
+    (``_SEARCH_STEPS`` solves of every chunk at most), and keeps the best ``L`` seen.
+    """
+    # Whole intervals of every length, so that the chunks' intervals are the one LP's
+    # (but for the trace's last, cut short by its end: a valid row too), not shifted.
+    step = math.lcm(*(stride for _, stride in INTERVALS))
+    span = max(round(chunk_s / window_s / step), 1) * step * window_s
+    pieces = [_piece(work, t0, t0 + span) for t0 in np.arange(0.0, work.horizon_s, span)]
+    busiest = max(pieces, key=lambda piece: len(piece.arrival_s))
+    share = target * float(servable(spec, busiest).sum())
+    lam = max(_solve(spec, busiest, window_s, needed=share).price_of_needed, 1e-9)
+    lo, hi = 0.0, math.inf  # prices known to serve too few / enough
+    best: tuple[float, list[_LP], float] = (-math.inf, [], 0.0)
+    for _ in range(_SEARCH_STEPS):
+        parts = [_solve(spec, piece, window_s, reward=lam) for piece in pieces]
+        total = sum(part.usd for part in parts) + lam * needed
+        if total > best[0]:
+            best = (total, parts, lam)
+        if sum(float(part.served.sum()) for part in parts) < needed:
+            lo = lam
+        else:
+            hi = lam
+        lam = lam * 2.0 if hi == math.inf else (lam / 2.0 if lo == 0.0 else math.sqrt(lo * hi))
+    total, parts, lam = best
     return Relaxation(
-        total_usd=float(res.fun),
+        total_usd=max(total, 0.0),
         target=target,
         window_s=window_s,
-        replicas=sol[n_y:].reshape(n_win, size),
-        served_per_pool=served,
+        replicas=np.vstack([part.replicas for part in parts]),
+        served_per_pool=np.sum([part.served for part in parts], axis=0),
         needed=needed,
-        status=str(res.message),
+        status=f"{len(parts)} chunks of {span:g} s, coverage priced at {lam:.3g} USD a "
+        f"request; {parts[0].status}",
     )

@@ -116,3 +116,36 @@ def test_a_derated_plan_spills_what_a_pool_cannot_hold_to_the_next_cheapest() ->
     # One SLOW replica's fluid goodput moved to FAST, at FAST's goodput per replica.
     slow, fast = (fluid_goodput_tokens_per_s(pr, 20.0) for pr in spec.profiles)
     assert out[1, 1] == pytest.approx(slow / fast)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_bound_of_a_trace_in_chunks_is_at_most_the_one_lp_and_close_to_it(seed: int) -> None:
+    # Two minutes of requests bounded in chunks of 25 s (asked for 30 s: whole 5-window
+    # intervals). The chunks drop the rows and terms that cross a boundary and price the
+    # coverage row, so the bound can only be lower than the one LP's, except that the
+    # last chunk bounds the trace's last windows with an interval the one LP lacks (a
+    # valid row too: the brute-force test below checks validity).
+    rng = np.random.default_rng(seed)
+    n = 60
+    t = np.sort(rng.uniform(0.0, 120.0, n))
+    rows = [(float(a), int(p), int(o)) for a, p, o in
+            zip(t, rng.integers(20, 500, n), rng.integers(1, 80, n), strict=True)]  # fmt: skip
+    spec = _spec(0, 0)
+    work = workload(spec, rows)
+    one = relaxation_bound(spec, work, target=0.9, window_s=5.0, chunk_s=None)
+    chunked = relaxation_bound(spec, work, target=0.9, window_s=5.0, chunk_s=30.0,
+                               chunk_requests=0)  # fmt: skip
+    assert chunked.status.startswith("5 chunks of 25 s")
+    assert 0.8 * one.total_usd <= chunked.total_usd <= 1.05 * one.total_usd
+    assert chunked.replicas.shape == one.replicas.shape
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_tiny_trace_in_chunks_is_still_below_every_fleet_and_routing(seed: int) -> None:
+    rows = _rows(seed)
+    work = workload(_spec(0, 0), rows)
+    for need, target in ((5, 1.0), (4, 0.8)):
+        chunked = relaxation_bound(_spec(0, 0), work, target=target, window_s=0.1,
+                                   chunk_s=0.5, chunk_requests=0)  # fmt: skip
+        assert " chunks of 0.5 s" in chunked.status
+        assert chunked.total_usd <= _cheapest(rows, need) * (1 + 1e-6) + 1e-12
