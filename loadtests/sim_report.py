@@ -7,9 +7,10 @@ client regions 60/20/20) on the Azure conversation trace and its variants (code
 completion, long context, bursts, and the original at twice and half its rate) and on
 the Mooncake synthetic trace; each with the reactive scaler and the achievable reference
 (a), again at seed 1 (another draw of client regions and of the policies' random
-tie-breaks), then eight variants no setting was chosen on (``UNSEEN``: other rates, an
+tie-breaks), then nine variants no setting was chosen on (``UNSEEN``: other rates, an
 EU-heavy client mix, code completion at twice the rate and with bursts, long context at
-half the rate, Mooncake at twice and half), then each of the first seven with the planner
+half the rate, Mooncake at twice and half, the conversation hour six times back to
+back), then each of the first seven with the planner
 (``decide()``), and the conversation trace under the planner at seed 1 too. A summary
 table at the top gives skyroute's verdict on every run. Writes one table per run: each
 policy's provisioned cost, SLO attainment, whether it reaches 99 % of the attainable
@@ -71,6 +72,7 @@ UNSEEN = (
     Run("conversation, long context x0.5", CONV, "long-context", 0.5, "reactive", 0, True),
     Run("Mooncake synthetic x2", MOONCAKE, "original", 2.0, "reactive", 0, True),
     Run("Mooncake synthetic x0.5", MOONCAKE, "original", 0.5, "reactive", 0, True),
+    Run("conversation, six hours back to back", CONV, "x6-hours", 1.0, "reactive", 0, True),
 )
 RUNS: tuple[Run, ...] = (
     *(Run(*r, "reactive", seed, True) for seed in (0, 1) for r in _REACTIVE),

@@ -12,6 +12,11 @@ counts by a rule fixed here, the same for every source trace:
   ``burst_factor`` times (copies spread evenly over the window's requests' gaps), a
   flash crowd on top of the trace's own variation.
 
+- ``x6-hours``: the trace played ``REPEAT_TIMES`` times back to back (each copy one
+  mean inter-arrival gap after the last), a steady stretch of hours in which a scaler's
+  holds are learnt and forgotten, and every join a step from the trace's end to its
+  start.
+
 The Mooncake synthetic trace (prompt mean 15k tokens, millisecond stamps) is read as it
 is with ``simulator.trace.read_trace``; it needs no reshaping.
 """
@@ -34,6 +39,7 @@ MAX_CONTEXT = 131_072
 BURST_FACTOR = 3
 BURST_PERIOD_S = 600.0
 BURST_WIDTH_S = 60.0
+REPEAT_TIMES = 6
 
 
 def _to_mean(tokens: IntArray, mean: float, cap: int = MAX_CONTEXT) -> IntArray:
@@ -93,12 +99,30 @@ def burst(
     )
 
 
+def repeat(trace: Trace, times: int = REPEAT_TIMES) -> Trace:
+    """``trace`` ``times`` times back to back: copy k arrives k x (its duration + one
+    mean gap) later."""
+    if times < 1:
+        raise SimulationError("repeat: need times >= 1")
+    n = len(trace)
+    gap = trace.duration_s / (n - 1) if n > 1 else 0.0
+    period = trace.duration_s + gap
+    return replace(
+        trace,
+        arrival_s=np.concatenate([trace.arrival_s + k * period for k in range(times)]),
+        prompt_tokens=np.tile(trace.prompt_tokens, times),
+        output_tokens=np.tile(trace.output_tokens, times),
+        source=f"{trace.source} [x{times} back to back]",
+    )
+
+
 VARIANTS: dict[str, Callable[[Trace], Trace]] = {
     "original": lambda t: t,
     "code": code,
     "long-context": long_context,
     "burst": burst,
     "code+burst": lambda t: burst(code(t)),
+    "x6-hours": repeat,
 }
 
 

@@ -22,7 +22,7 @@ from simulator.policies import RoutingPolicy
 from simulator.scaler import ReactiveScaler
 from simulator.spec import FleetSpec, auto_scale
 from simulator.trace import from_columns, read_trace
-from simulator.variants import burst, code, long_context, variant
+from simulator.variants import burst, code, long_context, repeat, variant
 from skyroute.demo import demo_policy_path
 from tests.simulator.conftest import DATA
 
@@ -59,6 +59,16 @@ def test_burst_triples_the_arrivals_of_each_burst_window_only() -> None:
     assert len(out) == 5 + 2 * 4
     assert np.all(np.diff(out.arrival_s) >= 0)
     assert sorted(out.prompt_tokens.tolist()) == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 5, 5, 5]
+
+
+def test_repeat_plays_the_trace_again_one_mean_gap_after_its_end() -> None:
+    source = from_columns([0.0, 10.0, 30.0], [1, 2, 3], [4, 5, 6])
+    out = repeat(source, times=3)
+    # Duration 30 s over 2 gaps: each copy starts 30 + 15 s after the one before.
+    assert out.arrival_s.tolist() == [0.0, 10.0, 30.0, 45.0, 55.0, 75.0, 90.0, 100.0, 120.0]
+    assert out.prompt_tokens.tolist() == [1, 2, 3] * 3
+    assert out.output_tokens.tolist() == [4, 5, 6] * 3
+    assert variant(source, "x6-hours").duration_s == 5 * 45.0 + 30.0
 
 
 @cache
