@@ -173,11 +173,11 @@ def lower_bound(
     if not integer or chunk_s is None or work.horizon_s <= 2 * span:
         return solve(work)
     starts = np.arange(0.0, work.horizon_s, span)
-    parts = [solve(_chunk(work, t, min(t + span, work.horizon_s))) for t in starts]
+    parts = [solve(chunk(work, t, min(t + span, work.horizon_s))) for t in starts]
     return _joined(spec, parts, starts, provisioning is not False)
 
 
-def _chunk(work: Workload, start_s: float, end_s: float) -> Workload:
+def chunk(work: Workload, start_s: float, end_s: float) -> Workload:
     """The measured requests arriving in ``[start_s, end_s)``, on a clock that starts at
     ``start_s``, with no warm-up."""
     arrival = work.arrival_s[work.n_warm :]

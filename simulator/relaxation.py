@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -43,6 +43,7 @@ from scipy.optimize import linprog  # type: ignore[import-untyped]
 from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
 
 from base.types import FloatArray, IntArray
+from simulator.bound import chunk
 from simulator.engine import Workload
 from simulator.errors import SimulationError
 from simulator.metrics import servable
@@ -241,18 +242,17 @@ def _solve(
     # Rows: capacity (<= 0), each request served at most once (<= 1), and with a
     # coverage target the served total at least ``needed`` (as -sum <= -needed).
     cover = needed > 0
+    n_cover = n_y if cover else 0  # the coverage row's entries
     a = coo_matrix(
         (
-            np.concatenate([*vals, *cap_v, np.ones(n_y), -np.ones(n_y if cover else 0)]),
+            np.concatenate([*vals, *cap_v, np.ones(n_y), -np.ones(n_cover)]),
             (
-                np.concatenate([*rows, *cap_r, n_rows + req_of,
-                                np.full(n_y if cover else 0, n_rows + n_req)]),
-                np.concatenate([*cols, *cap_c, np.arange(n_y),
-                                np.arange(n_y if cover else 0)]),
+                np.concatenate([*rows, *cap_r, n_rows + req_of, np.full(n_cover, n_rows + n_req)]),
+                np.concatenate([*cols, *cap_c, np.arange(n_y), np.arange(n_cover)]),
             ),
         ),
         shape=(n_rows + n_req + int(cover), n_var),
-    ).tocsr()  # fmt: skip
+    ).tocsr()
     b = np.concatenate((np.zeros(n_rows), np.ones(n_req), [-needed] if cover else []))
     price = np.outer(lengths, spec.usd_per_replica_hour / 3600.0).ravel()
     upper = np.concatenate((np.ones(n_y), np.tile(spec.max_replicas, n_win).astype(float)))
@@ -269,23 +269,6 @@ def _solve(
     served = np.bincount(pool_of, weights=sol[:n_y], minlength=size).astype(np.float64)
     dual = -float(res.ineqlin.marginals[-1]) if cover else 0.0
     return _LP(float(res.fun), sol[n_y:].reshape(n_win, size), served, str(res.message), dual)
-
-
-def _piece(work: Workload, t0: float, t1: float) -> Workload:
-    """The measured requests arriving in ``[t0, t1)``, on a clock from ``t0``, with no
-    warm-up and ``t1 - t0`` as the horizon."""
-    arrival = work.arrival_s[work.n_warm :]
-    idx = work.n_warm + np.flatnonzero((arrival >= t0) & (arrival < t1))
-    return replace(
-        work,
-        arrival_s=work.arrival_s[idx] - t0,
-        prompt_tokens=work.prompt_tokens[idx],
-        output_tokens=work.output_tokens[idx],
-        client=work.client[idx],
-        prefill_s=work.prefill_s[idx],
-        n_warm=0,
-        horizon_s=min(t1, work.horizon_s) - t0,
-    )
 
 
 def _chunked(
@@ -309,7 +292,8 @@ def _chunked(
     # (but for the trace's last, cut short by its end: a valid row too), not shifted.
     step = math.lcm(*(stride for _, stride in INTERVALS))
     span = max(round(chunk_s / window_s / step), 1) * step * window_s
-    pieces = [_piece(work, t0, t0 + span) for t0 in np.arange(0.0, work.horizon_s, span)]
+    starts = np.arange(0.0, work.horizon_s, span)
+    pieces = [chunk(work, t, min(t + span, work.horizon_s)) for t in starts]
     busiest = max(pieces, key=lambda piece: len(piece.arrival_s))
     share = target * float(servable(spec, busiest).sum())
     lam = max(_solve(spec, busiest, window_s, needed=share).price_of_needed, 1e-9)
