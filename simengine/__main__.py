@@ -19,6 +19,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="bind port (default: %(default)s)")
     parser.add_argument(
+        "--fd",
+        type=int,
+        default=None,
+        help="listen on this inherited, already bound socket instead of --host/--port "
+        "(a port its parent reserved: base.ports.reserve_port)",
+    )
+    parser.add_argument(
         "--profile", required=True, choices=sorted(PROFILES), help="GPU/model latency profile"
     )
     parser.add_argument("--model", required=True, help="served model name, as clients send it")
@@ -39,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    run_engine(args.host, args.port, args.profile, args.model, args.seed, args.time_scale)
+    run_engine(args.host, args.port, args.profile, args.model, args.seed, args.time_scale, args.fd)
 
 
 if __name__ == "__main__":

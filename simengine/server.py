@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -75,8 +76,11 @@ class RunningEngine:
         await self.runner.cleanup()
 
 
-async def start_server(engine: SimEngine, host: str = "127.0.0.1", port: int = 0) -> RunningEngine:
-    """Start serving ``engine`` on ``host:port`` (0 picks a free port) in the running loop.
+async def start_server(
+    engine: SimEngine, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None
+) -> RunningEngine:
+    """Start serving ``engine`` on ``host:port`` (0 picks a free port) in the running loop,
+    or on ``sock``, a bound socket (``base.ports.reserve_port``), if given.
 
     Client disconnects cancel their handler, freeing the batch slot as vLLM aborts a request.
     """
@@ -87,15 +91,27 @@ async def start_server(engine: SimEngine, host: str = "127.0.0.1", port: int = 0
         shutdown_timeout=_SHUTDOWN_GRACE_S,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
+    site: web.BaseSite
+    if sock is None:
+        site = web.TCPSite(runner, host, port, backlog=1024)
+    else:
+        host = str(sock.getsockname()[0])
+        site = web.SockSite(runner, sock, backlog=1024)
     await site.start()
     bound_port = int(runner.addresses[0][1])
     return RunningEngine(runner, host, bound_port)
 
 
-async def serve(host: str, port: int, engine: SimEngine, stop: asyncio.Event | None = None) -> None:
-    """Serve ``engine`` until ``stop`` is set (forever if None, or until cancelled)."""
-    running = await start_server(engine, host, port)
+async def serve(
+    host: str,
+    port: int,
+    engine: SimEngine,
+    stop: asyncio.Event | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve ``engine`` until ``stop`` is set (forever if None, or until cancelled), on
+    ``host:port`` or on the bound socket ``sock``."""
+    running = await start_server(engine, host, port, sock)
     logger.info(
         "sim engine %s serving %s on %s (time_scale=%s)",
         engine.profile.name,
@@ -111,11 +127,19 @@ async def serve(host: str, port: int, engine: SimEngine, stop: asyncio.Event | N
 
 
 def run_engine(
-    host: str, port: int, profile: str, served_model: str, seed: int, time_scale: float
+    host: str,
+    port: int,
+    profile: str,
+    served_model: str,
+    seed: int,
+    time_scale: float,
+    fd: int | None = None,
 ) -> None:
-    """Blocking entry point: serve a simulated engine until SIGTERM or SIGINT.
+    """Blocking entry point: serve a simulated engine until SIGTERM or SIGINT, on
+    ``host:port`` or, if ``fd`` is given, on that inherited bound socket.
 
-    Uses uvloop when installed. Raises ``KeyError`` for an unknown ``profile``.
+    Uses uvloop when installed. Raises ``KeyError`` for an unknown ``profile`` and OSError
+    if ``fd`` is not a socket.
     """
     engine_profile = get_profile(profile)
 
@@ -125,7 +149,8 @@ def run_engine(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         engine = SimEngine(engine_profile, served_model, seed=seed, time_scale=time_scale)
-        await serve(host, port, engine, stop)
+        sock = None if fd is None else socket.socket(fileno=fd)
+        await serve(host, port, engine, stop, sock)
 
     try:
         import uvloop  # noqa: PLC0415 - optional dependency

@@ -24,6 +24,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from base.ports import reserve_port
 from gateway.settings import GatewaySettings
 from live.policy_file import load_policy
 from live.redis_client import connect
@@ -44,7 +46,6 @@ from simengine.perf_model import profile_name
 from skyroute.context import Context, context_path, write_context
 from skyroute.demo_run import PRICE_FILE, demo_price_rows, run_policy_text
 from skyroute.demo_sidecars import DEMAND_BUCKET_S, FAST_AUTOSCALE, sidecars
-from skyroute.embedded_redis import free_port
 from skyroute.serve import redis_for, run_gateway
 
 _LOCAL_URL = re.compile(r"http://(?:127\.0\.0\.1|localhost):(\d+)")
@@ -70,16 +71,33 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def with_free_ports(text: str) -> str:
+def with_free_ports(text: str) -> tuple[str, dict[int, socket.socket]]:
     """The policy text with every ``http://127.0.0.1:PORT`` endpoint moved to a free
-    port (one new port per old one; everything else, comments included, unchanged)."""
+    port (one new port per old one; everything else, comments included, unchanged), and
+    by new port a socket bound to it (``base.ports.reserve_port``) that holds the port for
+    the engine ``fleet`` starts there. The caller closes the sockets."""
+    held: dict[int, socket.socket] = {}
     moved: dict[str, int] = {}
 
     def repl(match: re.Match[str]) -> str:
-        new = moved.setdefault(match.group(1), free_port())
-        return f"http://127.0.0.1:{new}"
+        old = match.group(1)
+        if old not in moved:
+            sock = reserve_port()
+            moved[old] = port = int(sock.getsockname()[1])
+            held[port] = sock
+        return f"http://127.0.0.1:{moved[old]}"
 
-    return _LOCAL_URL.sub(repl, text)
+    try:
+        return _LOCAL_URL.sub(repl, text), held
+    except BaseException:
+        _close(held)
+        raise
+
+
+def _close(held: dict[int, socket.socket]) -> None:
+    for sock in held.values():
+        sock.close()
+    held.clear()
 
 
 def _wait_healthy(url: str, deadline: float) -> None:
@@ -94,10 +112,16 @@ def _wait_healthy(url: str, deadline: float) -> None:
 
 @contextlib.contextmanager
 def fleet(
-    policy: Policy, time_scale: float = 1.0, seed: int = 0
+    policy: Policy,
+    time_scale: float = 1.0,
+    seed: int = 0,
+    held: dict[int, socket.socket] | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Start one simulated engine per pool endpoint (127.0.0.1 only); stop them on exit.
-    Pools with a ``scaling`` section are left out: the autoscaler starts theirs."""
+    Pools with a ``scaling`` section are left out: the autoscaler starts theirs. An
+    endpoint whose port is in ``held`` (``with_free_ports``) gets that bound socket, and
+    the parent's copy is closed once the engine has it; any other binds its port itself."""
+    held = {} if held is None else held
     procs: list[subprocess.Popen[bytes]] = []
     fixed = [p for p in policy.pools if p.scaling is None]
     try:
@@ -105,17 +129,27 @@ def fleet(
             for endpoint in pool.endpoints:
                 if endpoint.host not in {"127.0.0.1", "localhost"}:
                     raise ValueError(f"demo engines run on 127.0.0.1 only, not {endpoint}")
+                sock = held.pop(endpoint.port or 0, None)
+                listen = ["--port", str(endpoint.port)] if sock is None else [
+                    "--fd", str(sock.fileno())
+                ]  # fmt: skip
                 args = [
-                    sys.executable, "-m", "simengine",
-                    "--port", str(endpoint.port),
+                    sys.executable, "-m", "simengine", *listen,
                     "--profile", engine_profile(pool),
                     "--model", pool.upstream_model,
                     "--seed", str(seed + n),
                     "--time-scale", str(time_scale),
                     "--log-level", "WARNING",
                 ]  # fmt: skip
+                fds = () if sock is None else (sock.fileno(),)
                 # Engines start before the demo runs any thread, so preexec_fn is safe here.
-                procs.append(subprocess.Popen(args, preexec_fn=_die_with_parent))  # noqa: PLW1509
+                try:
+                    procs.append(
+                        subprocess.Popen(args, preexec_fn=_die_with_parent, pass_fds=fds)  # noqa: PLW1509
+                    )
+                finally:
+                    if sock is not None:
+                        sock.close()
         deadline = time.monotonic() + 30
         for pool in fixed:
             for endpoint in pool.endpoints:
@@ -150,10 +184,12 @@ async def publish_fleet(policy: Policy, redis_url: str, prefix: str) -> None:
         await redis.aclose()
 
 
-def _run_files(source: Path, run_dir: Path) -> Path:
+def _run_files(source: Path, run_dir: Path, held: dict[int, socket.socket]) -> Path:
     """Write the run's policy (and, for the packaged demo policy, its static price file)
-    into ``run_dir``; the policy's path. See :mod:`skyroute.demo_run`."""
-    text = with_free_ports(source.read_text(encoding="utf-8"))
+    into ``run_dir``; the policy's path. The endpoints' new ports are added to ``held``
+    (``with_free_ports``). See :mod:`skyroute.demo_run`."""
+    text, reserved = with_free_ports(source.read_text(encoding="utf-8"))
+    held.update(reserved)
     if source.resolve() == demo_policy_path().resolve():
         text, wanted = run_policy_text(text)
         prices_csv = (source.parent / "demo_prices.csv").read_text(encoding="utf-8")
@@ -187,17 +223,20 @@ def run_demo(
         else f"sk-adm-{secrets.token_urlsafe(24)}"
     )
     run_dir = Path(tempfile.mkdtemp(prefix="skyroute-demo-"))
-    policy_file = _run_files(Path(settings.policy), run_dir)
-    update: dict[str, object] = {
-        "api_key": SecretStr(api_key), "admin_token": SecretStr(admin), "policy": policy_file,
-    }  # fmt: skip
-    if "demand_bucket_s" not in settings.model_fields_set:
-        update["demand_bucket_s"] = DEMAND_BUCKET_S
-    settings = settings.model_copy(update=update)
-    policy = load_policy(policy_file)
+    held: dict[int, socket.socket] = {}
     loader: subprocess.Popen[bytes] | None = None
     try:
-        with redis_for(settings) as live, fleet(policy, time_scale=time_scale):
+        policy_file = _run_files(Path(settings.policy), run_dir, held)
+        update: dict[str, object] = {
+            "api_key": SecretStr(api_key), "admin_token": SecretStr(admin),
+            "policy": policy_file,
+        }  # fmt: skip
+        if "demand_bucket_s" not in settings.model_fields_set:
+            update["demand_bucket_s"] = DEMAND_BUCKET_S
+        settings = settings.model_copy(update=update)
+        policy = load_policy(policy_file)
+        with redis_for(settings) as live, fleet(policy, time_scale=time_scale, held=held):
+            _close(held)  # the endpoints of autoscaled pools: their engines bind their own
             assert live.redis_url is not None
             shared = {
                 "SKYROUTE_REDIS_URL": live.redis_url,
@@ -223,6 +262,7 @@ def run_demo(
                     loader = _start_load(load)
                 run_gateway(live)
     finally:
+        _close(held)
         if loader is not None and loader.poll() is None:
             loader.terminate()
             loader.wait(timeout=10)

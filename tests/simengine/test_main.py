@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from base.ports import reserve_port
 from simengine.__main__ import parse_args
 
 
@@ -34,23 +35,21 @@ def test_parse_args_rejects_unknown_profile(capsys: pytest.CaptureFixture[str]) 
     assert "h100-llama-3.1-8b" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _get(url: str) -> tuple[int, str]:
     with urllib.request.urlopen(url, timeout=2) as resp:
         return resp.status, resp.headers["x-sim-engine"]
 
 
 def test_module_serves_until_sigterm_then_exits_cleanly() -> None:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "simengine", "--port", str(port)]
-    cmd += ["--profile", "a10g-llama-3.1-8b", "--model", "m", "--time-scale", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # On a socket reserved for it (the way the demo and the local cloud start engines):
+    # the port is never free between choosing it and the engine listening.
+    with reserve_port() as sock:
+        port = int(sock.getsockname()[1])
+        cmd = [sys.executable, "-m", "simengine", "--fd", str(sock.fileno())]
+        cmd += ["--profile", "a10g-llama-3.1-8b", "--model", "m", "--time-scale", "0"]
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(sock.fileno(),)
+        )
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -68,3 +67,11 @@ def test_module_serves_until_sigterm_then_exits_cleanly() -> None:
             proc.communicate()
     assert proc.returncode == 0, stderr.decode()
     assert b"stopped" in stderr
+
+
+def test_a_reserved_port_cannot_be_taken_until_it_is_released() -> None:
+    with reserve_port() as held:
+        port = int(held.getsockname()[1])
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))
+        assert held.get_inheritable()

@@ -111,12 +111,15 @@ def test_every_pool_has_its_own_endpoint_port() -> None:
 def test_the_demo_moves_every_endpoint_to_its_own_free_port_and_keeps_the_comments() -> None:
     text = (FLEET / "demo-policy.yaml").read_text(encoding="utf-8")
 
-    moved = with_free_ports(text)
+    moved, held = with_free_ports(text)
+    for sock in held.values():
+        sock.close()
 
     policy = parse_policy(moved)
     old = [url.port for p in POLICY.pools for url in p.endpoints]
     new = [url.port for p in policy.pools for url in p.endpoints]
     assert len(set(new)) == len(new) and not set(new) & set(old)
+    assert set(held) == set(new)  # each new port was held until the engine took it
     assert [ln for ln in moved.splitlines() if ln.lstrip().startswith("#")] == [
         ln for ln in text.splitlines() if ln.lstrip().startswith("#")
     ]

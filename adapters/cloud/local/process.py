@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 
 import httpx
 
-__all__ = ["EngineCommand", "EngineProcess", "free_port"]
+from base.ports import reserve_port
+
+__all__ = ["EngineCommand", "EngineProcess"]
 
 _HOST = "127.0.0.1"
 _STOP_GRACE_S = 10.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((_HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +27,11 @@ class EngineCommand:
     log_level: str = "WARNING"
     python: str | None = None
 
-    def argv(self, port: int) -> list[str]:
-        """The command line for an engine on ``port``."""
+    def argv(self, fd: int) -> list[str]:
+        """The command line for an engine listening on the inherited bound socket ``fd``."""
         return [
             self.python or sys.executable, "-m", "simengine",
-            "--host", _HOST,
-            "--port", str(port),
+            "--fd", str(fd),
             "--profile", self.profile,
             "--model", self.model,
             "--seed", str(self.seed),
@@ -48,13 +41,20 @@ class EngineCommand:
 
 
 class EngineProcess:
-    """A started engine on a free 127.0.0.1 port. Raises OSError if it cannot start."""
+    """A started engine on a free 127.0.0.1 port, reserved for it before it starts (no
+    other process can take the port in between; ``base.ports``). Raises OSError if it
+    cannot start."""
 
     def __init__(self, command: EngineCommand) -> None:
-        self.port = free_port()
-        self._proc = subprocess.Popen(
-            command.argv(self.port), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-        )
+        with reserve_port(_HOST) as sock:
+            self.port = int(sock.getsockname()[1])
+            fd = sock.fileno()
+            self._proc = subprocess.Popen(
+                command.argv(fd),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(fd,),
+            )
 
     @property
     def url(self) -> str:
