@@ -9,6 +9,7 @@ and the control test shows that such a delete without a drain cuts the stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -126,13 +127,23 @@ class HardDelete(NodeGroup):
     def delete_nodes(self, ids: Sequence[str]) -> None:
         self.finished_at_delete.append(self.stream.finished.is_set())
         ports = {
-            n.address.rsplit(":", 1)[1] for n in self.inner.nodes() if n.id in ids and n.address
+            int(n.address.rsplit(":", 1)[1])
+            for n in self.inner.nodes()
+            if n.id in ids and n.address
         }
+        # The engine listens on a socket it inherited (``--fd``), so it is found by the
+        # port it listens on, not by its command line.
         for proc in psutil.process_iter(["cmdline"]):
-            argv = proc.info["cmdline"] or []
-            serving = "--port" in argv and argv[argv.index("--port") + 1] in ports
-            if "simengine" in argv and serving:
-                proc.kill()
+            if "simengine" not in (proc.info["cmdline"] or []):
+                continue
+            with contextlib.suppress(psutil.Error):
+                listening = {
+                    c.laddr.port
+                    for c in proc.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN
+                }
+                if listening & ports:
+                    proc.kill()
         self.inner.delete_nodes(ids)
 
 
