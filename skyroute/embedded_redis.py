@@ -19,6 +19,9 @@ from types import TracebackType
 
 logger = logging.getLogger(__name__)
 
+# Ports ``EmbeddedRedis.start`` tries when one it chose was taken before the server bound it.
+BIND_TRIES = 5
+
 
 def redis_binary() -> str:
     """Path of a redis-server binary. Raises FileNotFoundError if there is none."""
@@ -55,6 +58,10 @@ class EmbeddedRedis:
     def __init__(
         self, port: int = 0, extra_args: Sequence[str] = (), binary: str | None = None
     ) -> None:
+        # A port chosen here was free a moment ago, not now: another process can take it
+        # before the server binds it (redis-server cannot inherit a bound socket, as the
+        # simulated engines do), so ``start`` then tries a new one.
+        self._chosen = port == 0
         self.port = port or free_port()
         # More redis-server options, e.g. ("--cluster-enabled", "yes") or a maxmemory.
         self.extra_args = tuple(extra_args)
@@ -71,8 +78,23 @@ class EmbeddedRedis:
     def start(self, timeout_s: float = 10.0) -> str:
         """Start the server and wait until it answers PING. Returns its URL.
 
-        Raises RuntimeError if it does not come up within ``timeout_s``.
+        If this instance chose the port and another process took it first, it tries a
+        new one, up to ``BIND_TRIES`` ports in all. Raises RuntimeError if the server
+        exits (on a port given to it: already in use) or does not come up within
+        ``timeout_s``.
         """
+        for _ in range(BIND_TRIES - 1):
+            try:
+                return self._start_once(timeout_s)
+            except RuntimeError:
+                taken = not _free(self.port)
+                self.stop()
+                if not (self._chosen and taken):
+                    raise
+            self.port = free_port()
+        return self._start_once(timeout_s)
+
+    def _start_once(self, timeout_s: float) -> str:
         self._dir = tempfile.TemporaryDirectory(prefix="skyroute-redis-")
         args = [
             self.binary or redis_binary(),

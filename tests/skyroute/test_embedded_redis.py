@@ -107,3 +107,23 @@ def test_the_bundled_server_is_redis_6_2_the_oldest_supported(redis62_url: str) 
     finally:
         client.close()
     assert str(version).startswith("6.2."), version
+
+
+def test_a_chosen_port_taken_before_the_server_binds_it_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another process listens on the port the instance chose: the server starts on the
+    # next one instead of failing (CI once met this race with an engine's port).
+    with socket.socket() as taker:
+        taker.bind(("127.0.0.1", 0))
+        taker.listen(1)
+        taken = taker.getsockname()[1]
+        picks = iter([taken, free_port()])
+        monkeypatch.setattr("skyroute.embedded_redis.free_port", lambda: next(picks))
+        embedded = EmbeddedRedis()
+        try:
+            assert embedded.port == taken
+            embedded.start()
+            assert embedded.port != taken and _ping(embedded.port) == b"+PONG\r\n"
+        finally:
+            embedded.stop()
