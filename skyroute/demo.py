@@ -130,9 +130,11 @@ def fleet(
                 if endpoint.host not in {"127.0.0.1", "localhost"}:
                     raise ValueError(f"demo engines run on 127.0.0.1 only, not {endpoint}")
                 sock = held.pop(endpoint.port or 0, None)
-                listen = ["--port", str(endpoint.port)] if sock is None else [
-                    "--fd", str(sock.fileno())
-                ]  # fmt: skip
+                fds: tuple[int, ...]
+                if sock is None:
+                    listen, fds = ["--port", str(endpoint.port)], ()
+                else:
+                    listen, fds = ["--fd", str(sock.fileno())], (sock.fileno(),)
                 args = [
                     sys.executable, "-m", "simengine", *listen,
                     "--profile", engine_profile(pool),
@@ -141,7 +143,6 @@ def fleet(
                     "--time-scale", str(time_scale),
                     "--log-level", "WARNING",
                 ]  # fmt: skip
-                fds = () if sock is None else (sock.fileno(),)
                 # Engines start before the demo runs any thread, so preexec_fn is safe here.
                 try:
                     procs.append(

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from base.ports import reserve_port
+
 logger = logging.getLogger(__name__)
 
 # Ports ``EmbeddedRedis.start`` tries when one it chose was taken before the server bound it.
@@ -45,11 +47,10 @@ def bundled_redis_binary() -> str:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a child that cannot
+    inherit the bound socket; ``base.ports.reserve_port`` for one that can)."""
+    with reserve_port() as sock:
+        return int(sock.getsockname()[1])
 
 
 class EmbeddedRedis:
